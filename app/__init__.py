@@ -1,0 +1,1 @@
+"""jobq: an HTTP job-queue service on PostgreSQL."""

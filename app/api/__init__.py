@@ -1,0 +1,1 @@
+"""HTTP routers: producers (jobs), workers (claim and lease calls), ops (queues, workers), health."""

@@ -1,0 +1,54 @@
+"""Ops endpoints: queue counts, pause / resume, who holds what, health and readiness."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from app.api.deps import Service
+from app.api.strict_json import StrictJSONRoute
+from app.errors import DatabaseUnavailable
+from app.schemas import Health, QueueList, QueueName, QueueState, QueueStats, WorkerInfo, WorkerList
+
+router = APIRouter(tags=["ops"], route_class=StrictJSONRoute)
+
+PROBLEM = {"content": {"application/problem+json": {}}}
+
+
+@router.get("/v1/queues", response_model=QueueList)
+async def list_queues(service: Service) -> QueueList:
+    """Counts per state for every queue, the oldest due job's age and last-minute throughput."""
+    return QueueList(queues=[QueueStats.model_validate(dict(r)) for r in await service.queue_stats()])
+
+
+@router.post("/v1/queues/{name}/pause", response_model=QueueState, responses={422: PROBLEM})
+async def pause_queue(name: QueueName, service: Service) -> QueueState:
+    """Stops claims from this queue (running jobs carry on)."""
+    return QueueState.model_validate(dict(await service.set_paused(name, paused=True)))
+
+
+@router.post("/v1/queues/{name}/resume", response_model=QueueState, responses={422: PROBLEM})
+async def resume_queue(name: QueueName, service: Service) -> QueueState:
+    """Lets claims take jobs from this queue again."""
+    return QueueState.model_validate(dict(await service.set_paused(name, paused=False)))
+
+
+@router.get("/v1/workers", response_model=WorkerList)
+async def list_workers(service: Service) -> WorkerList:
+    """Workers holding leases now, with their job ids."""
+    return WorkerList(workers=[WorkerInfo.model_validate(dict(r)) for r in await service.workers()])
+
+
+@router.get("/healthz", response_model=Health)
+async def healthz() -> Health:
+    """The process is up (does not touch the database)."""
+    return Health(status="ok")
+
+
+@router.get("/readyz", response_model=Health, responses={503: PROBLEM})
+async def readyz(service: Service) -> Health:
+    """The process can serve: the database answers."""
+    try:
+        await service.ping()
+    except (OSError, TimeoutError) as exc:
+        raise DatabaseUnavailable(f"database unreachable: {exc}") from exc
+    return Health(status="ok")

@@ -1,0 +1,100 @@
+"""The ``jobq`` command: ``serve``, ``migrate`` and ``openapi``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from app.settings import Settings
+
+
+def resolve_database_url(settings: Settings) -> str:
+    """``DATABASE_URL`` when set; otherwise the embedded server under ``JOBQ_DATA_DIR`` (started here)."""
+    if settings.database_url:
+        return settings.database_url
+    from app.embedded import start_embedded_postgres
+
+    return start_embedded_postgres(settings.data_dir)
+
+
+def openapi_document() -> dict[str, Any]:
+    """The OpenAPI document of the app (no database needed)."""
+    from app.main import create_app
+
+    return create_app(Settings(database_url="postgresql://unused/unused")).openapi()
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from app.main import create_app
+    from app.migrations import upgrade
+
+    overrides: dict[str, Any] = {}
+    if args.host is not None:
+        overrides["host"] = args.host
+    if args.port is not None:
+        overrides["port"] = args.port
+    settings = Settings(**overrides)
+    url = resolve_database_url(settings)
+    upgrade(url)
+    settings = settings.model_copy(update={"database_url": url})
+    base = f"http://{settings.host}:{settings.port}"
+    print(f"jobq serving on {base}  (API {base}/v1, docs {base}/docs, health {base}/healthz)",
+          flush=True)
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=args.log_level,
+        timeout_graceful_shutdown=10,
+    )
+    return 0
+
+
+def _migrate(_: argparse.Namespace) -> int:
+    from app.migrations import upgrade
+
+    upgrade(resolve_database_url(Settings()))
+    print("migrated to head", flush=True)
+    return 0
+
+
+def _openapi(_: argparse.Namespace) -> int:
+    json.dump(openapi_document(), sys.stdout, indent=2, sort_keys=False)
+    sys.stdout.write("\n")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line parser."""
+    parser = argparse.ArgumentParser(prog="jobq", description="HTTP job queue on PostgreSQL")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="migrate, then serve the API (embedded PostgreSQL "
+                                         "when DATABASE_URL is unset)")
+    serve.add_argument("--host", default=None, help="default JOBQ_HOST or 127.0.0.1")
+    serve.add_argument("--port", type=int, default=None, help="default JOBQ_PORT or 8000")
+    serve.add_argument("--log-level", default="info",
+                       choices=["critical", "error", "warning", "info", "debug"])
+    serve.set_defaults(func=_serve)
+    migrate = sub.add_parser("migrate", help="run the database migrations and exit")
+    migrate.set_defaults(func=_migrate)
+    openapi = sub.add_parser("openapi", help="print the OpenAPI document")
+    openapi.set_defaults(func=_openapi)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``jobq`` console script."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    args = build_parser().parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

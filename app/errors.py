@@ -1,0 +1,161 @@
+"""The service's error hierarchy, and the one table that maps each error to an HTTP problem (RFC 9457)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+PROBLEM_JSON = "application/problem+json"
+
+logger = logging.getLogger("jobq.errors")
+
+
+class JobqError(Exception):
+    """Base of every error the service raises on purpose; ``status`` and ``title`` come from the table."""
+
+    def __init__(self, detail: str, *, errors: Sequence[Mapping[str, Any]] = ()) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.errors = list(errors)
+
+
+class NotFound(JobqError):
+    """The addressed job (or other resource) does not exist."""
+
+
+class InvalidTransition(JobqError):
+    """The job's current state does not allow the requested operation."""
+
+
+class IdempotencyKeyReused(JobqError):
+    """An idempotency key was sent again with a different request."""
+
+
+class InvalidInput(JobqError):
+    """The request is well-formed JSON but a value is unusable (named in ``errors``)."""
+
+
+class DatabaseUnavailable(JobqError):
+    """PostgreSQL could not be reached or gave up; the request may be retried."""
+
+
+# status, title, type slug
+ERROR_TABLE: dict[type[JobqError], tuple[int, str, str]] = {
+    NotFound: (404, "Not Found", "not-found"),
+    InvalidTransition: (409, "Conflict", "invalid-transition"),
+    IdempotencyKeyReused: (422, "Idempotency key reused", "idempotency-key-reused"),
+    InvalidInput: (422, "Unprocessable Content", "validation-error"),
+    DatabaseUnavailable: (503, "Service Unavailable", "database-unavailable"),
+}
+
+PROBLEM_TYPE_BASE = "https://jobq.dev/problems/"
+
+
+def problem(
+    status: int,
+    title: str,
+    detail: str,
+    *,
+    slug: str | None = None,
+    errors: Sequence[Mapping[str, Any]] = (),
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    """An RFC 9457 problem+json response."""
+    body: dict[str, Any] = {
+        "type": PROBLEM_TYPE_BASE + slug if slug else "about:blank",
+        "title": title,
+        "status": status,
+        "detail": detail,
+    }
+    if errors:
+        body["errors"] = list(errors)
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
+
+
+def field_name(loc: Sequence[str | int]) -> str:
+    """Renders a pydantic location as a dotted field path: ``body.jobs[3].queue``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def sqlstate(exc: BaseException) -> str | None:
+    """The PostgreSQL SQLSTATE behind a SQLAlchemy / asyncpg error, if any."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        code = getattr(current, "sqlstate", None)
+        if isinstance(code, str):
+            return code
+        current = getattr(current, "orig", None) or current.__cause__
+    return None
+
+
+async def _jobq_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, JobqError)
+    status, title, slug = ERROR_TABLE[type(exc)]
+    return problem(status, title, exc.detail, slug=slug, errors=exc.errors)
+
+
+async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = [
+        {"field": field_name(err.get("loc", ())), "message": err.get("msg", "invalid")}
+        for err in exc.errors()
+    ]
+    names = ", ".join(dict.fromkeys(e["field"] for e in errors))
+    return problem(
+        422, "Unprocessable Content", f"invalid request: {names}", slug="validation-error",
+        errors=errors,
+    )
+
+
+async def _http_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    title = {
+        400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+        413: "Content Too Large", 415: "Unsupported Media Type",
+    }.get(exc.status_code, "Error")
+    return problem(exc.status_code, title, str(exc.detail), headers=exc.headers)
+
+
+async def _database_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, DBAPIError)
+    code = sqlstate(exc) or ""
+    if code.startswith("22"):
+        # Data exceptions (out-of-range numbers, bad text): the input was unusable, not the server.
+        return problem(422, "Unprocessable Content", "a value is out of range or malformed",
+                       slug="validation-error")
+    if code == "23505":
+        return problem(409, "Conflict", "a unique value already exists", slug="conflict")
+    if exc.connection_invalidated or code.startswith("08") or code in {"57P01", "57P03"}:
+        return problem(503, "Service Unavailable", "the database is unavailable; retry",
+                       slug="database-unavailable", headers={"Retry-After": "1"})
+    return await _unexpected_error(_, exc)
+
+
+async def _unexpected_error(_: Request, exc: Exception) -> JSONResponse:
+    logger.error("unhandled error", exc_info=exc)
+    return problem(500, "Internal Server Error", "an unexpected error occurred", slug="internal")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Routes every error to problem+json through the table above."""
+    for error_type in ERROR_TABLE:
+        app.add_exception_handler(error_type, _jobq_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(DBAPIError, _database_error)
+    app.add_exception_handler(Exception, _unexpected_error)

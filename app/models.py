@@ -1,0 +1,90 @@
+"""The tables: ``jobs`` is the queue, ``queues`` holds per-queue switches. Alembic diffs against these."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    DateTime,
+    Identity,
+    Index,
+    Integer,
+    Table,
+    Text,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB, UUID
+
+from app.db import metadata
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    Column("queue", Text, nullable=False),
+    Column("type", Text, nullable=False),
+    Column("payload", JSONB, nullable=False, server_default=text("'null'::jsonb")),
+    Column("priority", Integer, nullable=False, server_default=text("0")),
+    Column("status", Text, nullable=False, server_default=text("'pending'")),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("max_attempts", Integer, nullable=False),
+    Column("run_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("lease_id", UUID(as_uuid=True), nullable=True),
+    Column("worker_id", Text, nullable=True),
+    Column("lease_expires_at", DateTime(timezone=True), nullable=True),
+    Column("lease_seconds", Integer, nullable=False),
+    Column("idempotency_key", Text, nullable=True),
+    # Fingerprint of the enqueue request, to tell a replay from a reuse of the key.
+    Column("idempotency_hash", Text, nullable=True),
+    Column("result", JSONB, nullable=True),
+    Column("last_error", Text, nullable=True),
+    Column("errors", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    Column("checkpoint", JSONB, nullable=True),
+    Column("checkpoint_at", DateTime(timezone=True), nullable=True),
+    Column("progress", JSONB, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("started_at", DateTime(timezone=True), nullable=True),
+    Column("finished_at", DateTime(timezone=True), nullable=True),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    CheckConstraint(
+        "status IN ('pending', 'running', 'succeeded', 'dead', 'cancelled')", name="status"
+    ),
+    CheckConstraint("attempts >= 0", name="attempts"),
+    CheckConstraint("max_attempts >= 1", name="max_attempts"),
+    CheckConstraint("lease_seconds BETWEEN 1 AND 43200", name="lease_seconds"),
+    # Claim walks this index in claim order, one queue at a time; it holds only claimable rows,
+    # so its size follows the backlog, not the history.
+    Index(
+        "ix_jobs_claimable",
+        "queue",
+        text("priority DESC"),
+        "run_at",
+        "id",
+        postgresql_where=text("status = 'pending'"),
+    ),
+    Index(
+        "uq_jobs_queue_idempotency_key",
+        "queue",
+        "idempotency_key",
+        unique=True,
+        postgresql_where=text("idempotency_key IS NOT NULL"),
+    ),
+    # The reaper's scan: running jobs by lease expiry.
+    Index(
+        "ix_jobs_running_lease_expires_at",
+        "lease_expires_at",
+        postgresql_where=text("status = 'running'"),
+    ),
+    # Listing and counting per queue and state.
+    Index("ix_jobs_queue_status_id", "queue", "status", "id"),
+)
+
+queues = Table(
+    "queues",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("paused", Boolean, nullable=False, server_default=text("false")),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+)

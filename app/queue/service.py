@@ -1,0 +1,282 @@
+"""Queue operations as units of work: each opens one transaction, runs repository statements, commits."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import UTC
+from typing import Any, TypeVar
+
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from app.errors import IdempotencyKeyReused, InvalidInput, InvalidTransition, NotFound, sqlstate
+from app.queue.repository import JobRow, LeaseOutcome, ListFilter, Repository
+from app.queue.states import JobStatus, VisibleStatus, can_cancel
+from app.schemas import MAX_BIGINT, EnqueueRequest
+from app.settings import Settings
+
+T = TypeVar("T")
+
+# Deadlock and serialization failures are safe to retry: the transaction changed nothing.
+_RETRYABLE_SQLSTATES = frozenset({"40P01", "40001"})
+_TRANSACTION_TRIES = 3
+
+
+def request_fingerprint(request: EnqueueRequest) -> str:
+    """A stable hash of an enqueue request (without its key), to tell a replay from a reuse."""
+    body = request.model_dump(mode="json", exclude={"idempotency_key"})
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def encode_cursor(job_id: int) -> str:
+    """An opaque keyset cursor for the listing."""
+    return base64.urlsafe_b64encode(f"v1:{job_id}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> int:
+    """The job id behind a cursor; a malformed one is a 422 naming ``after``."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
+        version, _, value = raw.partition(":")
+        job_id = int(value)
+        if version != "v1" or not 1 <= job_id <= MAX_BIGINT + 1:
+            raise ValueError(raw)
+    except (ValueError, UnicodeDecodeError, binascii.Error):
+        raise InvalidInput(
+            "malformed cursor", errors=[{"field": "query.after", "message": "malformed cursor"}]
+        ) from None
+    return job_id
+
+
+def _valid_id(job_id: int) -> bool:
+    return 1 <= job_id <= MAX_BIGINT
+
+
+class JobService:
+    """The queue's operations for the API: enqueue, read, claim, lease transitions, ops actions."""
+
+    def __init__(self, *, engine: AsyncEngine, repository: Repository, settings: Settings) -> None:
+        self.engine = engine
+        self.repo = repository
+        self.settings = settings
+
+    async def _in_transaction(self, work: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+        for attempt in range(1, _TRANSACTION_TRIES + 1):
+            try:
+                async with self.engine.begin() as conn:
+                    return await work(conn)
+            except DBAPIError as exc:
+                if sqlstate(exc) in _RETRYABLE_SQLSTATES and attempt < _TRANSACTION_TRIES:
+                    continue
+                raise
+        raise AssertionError("unreachable")
+
+    def _enqueue_item(self, request: EnqueueRequest) -> dict[str, Any]:
+        run_at = request.run_at
+        if run_at is not None and run_at.tzinfo is None:
+            run_at = run_at.replace(tzinfo=UTC)
+        return {
+            "queue": request.queue,
+            "type": request.type,
+            "payload": request.payload,
+            "priority": request.priority,
+            "max_attempts": request.max_attempts or self.settings.max_attempts_default,
+            "lease_seconds": request.lease_seconds or self.settings.lease_seconds_default,
+            "run_at": run_at.isoformat() if run_at is not None else None,
+            "delay_seconds": request.delay_seconds,
+            "idempotency_key": request.idempotency_key,
+            "idempotency_hash": (
+                request_fingerprint(request) if request.idempotency_key is not None else None
+            ),
+        }
+
+    async def enqueue(
+        self, requests: Sequence[EnqueueRequest], *, field_prefix: str = "body"
+    ) -> list[tuple[JobRow, bool]]:
+        """Enqueues jobs in one transaction; answers each job and whether this call created it.
+
+        A job whose idempotency key exists with the same request is answered as it is; with a
+        different request the whole call fails and nothing is written.
+        """
+        items = [self._enqueue_item(r) for r in requests]
+
+        async def work(conn: AsyncConnection) -> list[tuple[JobRow, bool]]:
+            rows = await self.repo.job_enqueue(conn, items=items)
+            skipped = [i for i, row in enumerate(rows) if row is None]
+            existing: Mapping[tuple[str, str], JobRow] = {}
+            if skipped:
+                keys = [(items[i]["queue"], items[i]["idempotency_key"]) for i in skipped]
+                existing = await self.repo.job_get_by_idempotency_keys(conn, keys=keys)
+            answered: list[tuple[JobRow, bool]] = []
+            for i, row in enumerate(rows):
+                if row is not None:
+                    answered.append((row, True))
+                    continue
+                key = (items[i]["queue"], items[i]["idempotency_key"])
+                found = existing.get(key)
+                if found is None:
+                    # The conflicting job was deleted between the two statements: try again.
+                    raise _Retry
+                if found["idempotency_hash"] != items[i]["idempotency_hash"]:
+                    field = (
+                        f"{field_prefix}.jobs[{i}].idempotency_key"
+                        if field_prefix == "body" and len(requests) > 1
+                        else "idempotency_key"
+                    )
+                    raise IdempotencyKeyReused(
+                        f"idempotency key {key[1]!r} of queue {key[0]!r} was used for a "
+                        "different request",
+                        errors=[{"field": field, "message": "key reused with a different request"}],
+                    )
+                answered.append((found, False))
+            return answered
+
+        for _ in range(_TRANSACTION_TRIES):
+            try:
+                return await self._in_transaction(work)
+            except _Retry:
+                continue
+        raise AssertionError("idempotent enqueue kept racing with deletion")
+
+    async def get(self, job_id: int) -> JobRow:
+        """One job; ``NotFound`` for unknown or out-of-range ids."""
+        if not _valid_id(job_id):
+            raise NotFound(f"job {job_id} not found")
+
+        async def work(conn: AsyncConnection) -> JobRow | None:
+            return await self.repo.job_get(conn, job_id=job_id)
+
+        row = await self._in_transaction(work)
+        if row is None:
+            raise NotFound(f"job {job_id} not found")
+        return row
+
+    async def list(
+        self,
+        *,
+        queue: str | None,
+        status: VisibleStatus | None,
+        type: str | None,
+        limit: int,
+        after: str | None,
+    ) -> tuple[list[JobRow], str | None]:
+        """A page of jobs, newest first, and the cursor of the next page (``None`` at the end)."""
+        where = ListFilter(
+            queue=queue,
+            status=status,
+            type=type,
+            before_id=decode_cursor(after) if after is not None else None,
+            limit=limit + 1,
+        )
+
+        async def work(conn: AsyncConnection) -> list[JobRow]:
+            return await self.repo.job_list(conn, where=where)
+
+        rows = await self._in_transaction(work)
+        next_cursor = encode_cursor(rows[limit - 1]["id"]) if len(rows) > limit else None
+        return rows[:limit], next_cursor
+
+    async def cancel(self, job_id: int) -> JobRow:
+        """Cancels a pending or running job; cancelling a cancelled job answers it unchanged."""
+        if not _valid_id(job_id):
+            raise NotFound(f"job {job_id} not found")
+
+        async def work(conn: AsyncConnection) -> tuple[JobRow | None, JobRow | None]:
+            done = await self.repo.job_cancel(conn, job_id=job_id)
+            current = None if done is not None else await self.repo.job_get(conn, job_id=job_id)
+            return done, current
+
+        done, current = await self._in_transaction(work)
+        if done is not None:
+            return done
+        if current is None:
+            raise NotFound(f"job {job_id} not found")
+        status = JobStatus(current["status"])
+        if status is JobStatus.CANCELLED:
+            return current
+        assert not can_cancel(status)
+        raise InvalidTransition(
+            f"job {job_id} is {status.value}; only pending or running jobs can be cancelled"
+        )
+
+    async def retry(self, job_id: int) -> JobRow:
+        """Puts a dead, cancelled or succeeded job back to pending with attempts reset."""
+        if not _valid_id(job_id):
+            raise NotFound(f"job {job_id} not found")
+
+        async def work(conn: AsyncConnection) -> tuple[JobRow | None, JobRow | None]:
+            done = await self.repo.job_retry(conn, job_id=job_id)
+            current = None if done is not None else await self.repo.job_get(conn, job_id=job_id)
+            return done, current
+
+        done, current = await self._in_transaction(work)
+        if done is not None:
+            return done
+        if current is None:
+            raise NotFound(f"job {job_id} not found")
+        raise InvalidTransition(
+            f"job {job_id} is {current['status']}; only dead, cancelled or succeeded jobs "
+            "can be retried"
+        )
+
+    async def claim(
+        self, *, worker_id: str, queues: Sequence[str], max_jobs: int, lease_seconds: int | None
+    ) -> list[JobRow]:
+        """Leases up to ``max_jobs`` due jobs to the worker (an empty list when none is due)."""
+
+        async def work(conn: AsyncConnection) -> list[JobRow]:
+            return await self.repo.job_claim(
+                conn,
+                worker_id=worker_id,
+                queues=queues,
+                max_jobs=max_jobs,
+                lease_seconds=lease_seconds,
+            )
+
+        return await self._in_transaction(work)
+
+    async def lease_call(
+        self,
+        operation: Callable[..., Awaitable[list[LeaseOutcome]]],
+        *,
+        worker_id: str,
+        items: Sequence[Mapping[str, Any]],
+    ) -> list[LeaseOutcome]:
+        """Runs one of the repository's lease transitions (heartbeat, complete, fail, release)."""
+
+        async def work(conn: AsyncConnection) -> list[LeaseOutcome]:
+            outcomes: list[LeaseOutcome] = await operation(
+                conn, worker_id=worker_id, items=items
+            )
+            return outcomes
+
+        return await self._in_transaction(work)
+
+    async def set_paused(self, name: str, *, paused: bool) -> JobRow:
+        """Pauses or resumes a queue."""
+
+        async def work(conn: AsyncConnection) -> JobRow:
+            return await self.repo.queue_set_paused(conn, name=name, paused=paused)
+
+        return await self._in_transaction(work)
+
+    async def queue_stats(self) -> list[JobRow]:
+        """Counts per queue and state."""
+        return await self._in_transaction(self.repo.queue_stats)
+
+    async def workers(self) -> list[JobRow]:
+        """Workers holding leases now."""
+        return await self._in_transaction(self.repo.worker_list)
+
+    async def ping(self) -> None:
+        """Fails when the database does not answer."""
+        await self._in_transaction(self.repo.health_ping)
+
+
+class _Retry(Exception):
+    """Internal: the unit of work must run again."""
