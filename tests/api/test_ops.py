@@ -1,0 +1,60 @@
+"""Ops endpoints: queue counts, pause and resume, workers, health and readiness."""
+
+from __future__ import annotations
+
+import httpx
+
+from tests.api.helpers import claim, enqueue, lease, lease_call
+
+
+async def test_pause_stops_claims_and_resume_restores_them(client: httpx.AsyncClient) -> None:
+    job = await enqueue(client, queue="mail")
+    r = await client.post("/v1/queues/mail/pause")
+    assert r.status_code == 200 and r.json() == {"name": "mail", "paused": True}
+    assert await claim(client, queues=["mail"]) == []
+    r = await client.post("/v1/queues/mail/resume")
+    assert r.json()["paused"] is False
+    assert [j["id"] for j in await claim(client, queues=["mail"])] == [job["id"]]
+
+
+async def test_pausing_one_queue_leaves_others(client: httpx.AsyncClient) -> None:
+    await enqueue(client, queue="a")
+    b = await enqueue(client, queue="b")
+    await client.post("/v1/queues/a/pause")
+    assert [j["id"] for j in await claim(client, queues=["a", "b"], max_jobs=5)] == [b["id"]]
+
+
+async def test_queue_counts(client: httpx.AsyncClient) -> None:
+    await enqueue(client, queue="q")
+    await enqueue(client, queue="q", delay_seconds=600)
+    await enqueue(client, queue="q")
+    [c] = await claim(client, queues=["q"])
+    await enqueue(client, queue="r")
+    stats = {q["name"]: q for q in (await client.get("/v1/queues")).json()["queues"]}
+    assert set(stats) == {"q", "r"}
+    q = stats["q"]
+    assert (q["pending"], q["scheduled"], q["running"]) == (1, 1, 1)
+    assert q["oldest_pending_age_seconds"] is not None and q["oldest_pending_age_seconds"] >= 0
+    await lease_call(client, "complete", "w1", lease(c))
+    q = {x["name"]: x for x in (await client.get("/v1/queues")).json()["queues"]}["q"]
+    assert q["succeeded"] == 1 and q["succeeded_last_minute"] == 1
+
+
+async def test_workers_lists_who_holds_what(client: httpx.AsyncClient) -> None:
+    for _ in range(3):
+        await enqueue(client)
+    a = await claim(client, worker="host-a:1", max_jobs=2)
+    b = await claim(client, worker="host-b:2", max_jobs=2)
+    workers = {w["worker_id"]: w for w in (await client.get("/v1/workers")).json()["workers"]}
+    assert workers["host-a:1"]["job_ids"] == sorted(j["id"] for j in a)
+    assert workers["host-b:2"]["jobs_held"] == len(b) == 1
+
+
+async def test_pause_validates_queue_name(client: httpx.AsyncClient) -> None:
+    r = await client.post("/v1/queues/%20bad/pause")
+    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "path.name"
+
+
+async def test_health_and_readiness(client: httpx.AsyncClient) -> None:
+    assert (await client.get("/healthz")).json() == {"status": "ok"}
+    assert (await client.get("/readyz")).json() == {"status": "ok"}

@@ -1,0 +1,48 @@
+"""The claim's plan walks the partial index in order; it never sorts the backlog."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.queue.queries import statement
+from tests.integration.helpers import seed_jobs
+
+
+def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from _nodes(child)
+
+
+@pytest.mark.parametrize("queues", [["q0"], ["q0", "q1", "q2"]])
+async def test_claim_uses_ordered_index_scan_without_backlog_sort(
+    clean_db: AsyncEngine, queues: list[str]
+) -> None:
+    for name in ("q0", "q1", "q2"):
+        await seed_jobs(clean_db, 10_000 // 3 + 1, queue=name)
+    async with clean_db.begin() as conn:
+        await conn.execute(text("ANALYZE jobs"))
+        await conn.execute(text("ANALYZE queues"))
+        result = await conn.execute(
+            text("EXPLAIN (FORMAT JSON) " + statement("job_claim").sql),
+            {"worker_id": "w", "queues": queues, "max_jobs": 10, "lease_seconds": 30},
+        )
+        raw = result.scalar_one()
+        await conn.rollback()
+    plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+    nodes = list(_nodes(plan))
+
+    scans = [n for n in nodes if n.get("Relation Name") == "jobs" and "Scan" in n["Node Type"]]
+    index_scans = [n for n in scans if n["Node Type"] == "Index Scan"
+                   and n.get("Index Name") == "ix_jobs_claimable"]
+    assert index_scans, json.dumps(plan, indent=1)
+    assert not [n for n in scans if n["Node Type"] in ("Seq Scan", "Bitmap Heap Scan")]
+    # Only the few candidates (max_jobs per queue) may be sorted, never the pending rows.
+    for sort in (n for n in nodes if n["Node Type"] in ("Sort", "Incremental Sort")):
+        assert sort["Plan Rows"] <= 10 * len(queues), json.dumps(sort, indent=1)
