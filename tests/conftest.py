@@ -39,8 +39,7 @@ def with_database(url: str, name: str) -> str:
 
 
 async def _admin(url: str, *statements: str) -> None:
-    engine = create_async_engine(async_url(url), poolclass=NullPool,
-                                 isolation_level="AUTOCOMMIT")
+    engine = create_async_engine(async_url(url), poolclass=NullPool, isolation_level="AUTOCOMMIT")
     try:
         async with engine.connect() as conn:
             for statement in statements:

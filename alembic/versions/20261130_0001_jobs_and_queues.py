@@ -8,8 +8,9 @@ Create Date: 2026-11-30
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-from alembic import op
 from sqlalchemy.dialects import postgresql
+
+from alembic import op
 
 revision: str = "0001"
 down_revision: str | None = None
@@ -23,14 +24,16 @@ def upgrade() -> None:
         sa.Column("id", sa.BigInteger(), sa.Identity(always=True), nullable=False),
         sa.Column("queue", sa.Text(), nullable=False),
         sa.Column("type", sa.Text(), nullable=False),
-        sa.Column("payload", postgresql.JSONB(), server_default=sa.text("'null'::jsonb"),
-                  nullable=False),
+        sa.Column(
+            "payload", postgresql.JSONB(), server_default=sa.text("'null'::jsonb"), nullable=False
+        ),
         sa.Column("priority", sa.Integer(), server_default=sa.text("0"), nullable=False),
         sa.Column("status", sa.Text(), server_default=sa.text("'pending'"), nullable=False),
         sa.Column("attempts", sa.Integer(), server_default=sa.text("0"), nullable=False),
         sa.Column("max_attempts", sa.Integer(), nullable=False),
-        sa.Column("run_at", sa.DateTime(timezone=True), server_default=sa.text("now()"),
-                  nullable=False),
+        sa.Column(
+            "run_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False
+        ),
         sa.Column("lease_id", postgresql.UUID(as_uuid=True), nullable=True),
         sa.Column("worker_id", sa.Text(), nullable=True),
         sa.Column("lease_expires_at", sa.DateTime(timezone=True), nullable=True),
@@ -39,17 +42,26 @@ def upgrade() -> None:
         sa.Column("idempotency_hash", sa.Text(), nullable=True),
         sa.Column("result", postgresql.JSONB(), nullable=True),
         sa.Column("last_error", sa.Text(), nullable=True),
-        sa.Column("errors", postgresql.JSONB(), server_default=sa.text("'[]'::jsonb"),
-                  nullable=False),
+        sa.Column(
+            "errors", postgresql.JSONB(), server_default=sa.text("'[]'::jsonb"), nullable=False
+        ),
         sa.Column("checkpoint", postgresql.JSONB(), nullable=True),
         sa.Column("checkpoint_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("progress", postgresql.JSONB(), nullable=True),
-        sa.Column("created_at", sa.DateTime(timezone=True), server_default=sa.text("now()"),
-                  nullable=False),
+        sa.Column(
+            "created_at",
+            sa.DateTime(timezone=True),
+            server_default=sa.text("now()"),
+            nullable=False,
+        ),
         sa.Column("started_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
-        sa.Column("updated_at", sa.DateTime(timezone=True), server_default=sa.text("now()"),
-                  nullable=False),
+        sa.Column(
+            "updated_at",
+            sa.DateTime(timezone=True),
+            server_default=sa.text("now()"),
+            nullable=False,
+        ),
         sa.CheckConstraint(
             "status IN ('pending', 'running', 'succeeded', 'dead', 'cancelled')",
             name=op.f("ck_jobs_status"),
@@ -83,8 +95,12 @@ def upgrade() -> None:
         "queues",
         sa.Column("name", sa.Text(), nullable=False),
         sa.Column("paused", sa.Boolean(), server_default=sa.text("false"), nullable=False),
-        sa.Column("updated_at", sa.DateTime(timezone=True), server_default=sa.text("now()"),
-                  nullable=False),
+        sa.Column(
+            "updated_at",
+            sa.DateTime(timezone=True),
+            server_default=sa.text("now()"),
+            nullable=False,
+        ),
         sa.PrimaryKeyConstraint("name", name=op.f("pk_queues")),
     )
     # Full-jitter backoff: a random delay in (0, min(cap, base * 2^(attempt-1))] seconds.

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Header, Query, Response, status
 
 from app.api.deps import Service
 from app.api.strict_json import StrictJSONRoute
-from app.errors import InvalidInput
+from app.errors import PROBLEM, InvalidInput
 from app.queue.states import VisibleStatus
 from app.schemas import (
     EnqueueBatchRequest,
@@ -22,8 +22,6 @@ from app.schemas import (
 )
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], route_class=StrictJSONRoute)
-
-PROBLEM = {"content": {"application/problem+json": {}}}
 
 
 @router.post(
@@ -58,7 +56,9 @@ async def enqueue_job(
     response_model=JobBatch,
     responses={200: {"model": JobBatch, "description": "Every job already existed"}, 422: PROBLEM},
 )
-async def enqueue_batch(body: EnqueueBatchRequest, service: Service, response: Response) -> JobBatch:
+async def enqueue_batch(
+    body: EnqueueBatchRequest, service: Service, response: Response
+) -> JobBatch:
     """Enqueues many jobs in one transaction, all or nothing; answers the jobs in order."""
     answered = await service.enqueue(body.jobs)
     if not any(created for _, created in answered):
@@ -73,13 +73,17 @@ async def list_jobs(
     status: VisibleStatus | None = None,
     type: Annotated[str | None, Query(max_length=255)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    after: Annotated[str | None, Query(max_length=200, description="next_cursor of the previous page")] = None,
+    after: Annotated[
+        str | None, Query(max_length=200, description="next_cursor of the previous page")
+    ] = None,
 ) -> JobPage:
     """Lists jobs newest first with keyset pagination (never OFFSET)."""
-    rows, next_cursor = await service.list(
+    rows, next_cursor = await service.list_jobs(
         queue=queue, status=status, type=type, limit=limit, after=after
     )
-    return JobPage(jobs=[Job.model_validate(job_from_row(r)) for r in rows], next_cursor=next_cursor)
+    return JobPage(
+        jobs=[Job.model_validate(job_from_row(r)) for r in rows], next_cursor=next_cursor
+    )
 
 
 @router.get("/{job_id}", response_model=Job, responses={404: PROBLEM})

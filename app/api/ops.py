@@ -6,18 +6,18 @@ from fastapi import APIRouter
 
 from app.api.deps import Service
 from app.api.strict_json import StrictJSONRoute
-from app.errors import DatabaseUnavailable
+from app.errors import PROBLEM, DatabaseUnavailable
 from app.schemas import Health, QueueList, QueueName, QueueState, QueueStats, WorkerInfo, WorkerList
 
 router = APIRouter(tags=["ops"], route_class=StrictJSONRoute)
-
-PROBLEM = {"content": {"application/problem+json": {}}}
 
 
 @router.get("/v1/queues", response_model=QueueList)
 async def list_queues(service: Service) -> QueueList:
     """Counts per state for every queue, the oldest due job's age and last-minute throughput."""
-    return QueueList(queues=[QueueStats.model_validate(dict(r)) for r in await service.queue_stats()])
+    return QueueList(
+        queues=[QueueStats.model_validate(dict(r)) for r in await service.queue_stats()]
+    )
 
 
 @router.post("/v1/queues/{name}/pause", response_model=QueueState, responses={422: PROBLEM})

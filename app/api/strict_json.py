@@ -76,7 +76,9 @@ def parse_strict_json(body: bytes, *, max_depth: int = _MAX_DEPTH_DEFAULT) -> An
     except _Rejected as exc:
         raise _validation_error(("body", *exc.path), exc.message) from None
     except json.JSONDecodeError as exc:
-        raise _validation_error(("body",), f"invalid JSON: {exc.msg} at position {exc.pos}") from None
+        raise _validation_error(
+            ("body",), f"invalid JSON: {exc.msg} at position {exc.pos}"
+        ) from None
     except UnicodeDecodeError:
         raise _validation_error(("body",), "the body is not UTF-8") from None
     except RecursionError:
@@ -87,14 +89,18 @@ def parse_strict_json(body: bytes, *, max_depth: int = _MAX_DEPTH_DEFAULT) -> An
 
 
 def _validation_error(loc: tuple[str | int, ...], message: str) -> RequestValidationError:
-    return RequestValidationError([{"type": "json_invalid", "loc": loc, "msg": message, "input": None}])
+    return RequestValidationError(
+        [{"type": "json_invalid", "loc": loc, "msg": message, "input": None}]
+    )
 
 
 def _is_json(content_type: str | None) -> bool:
     if not content_type:
         return True
     media = content_type.split(";", 1)[0].strip().lower()
-    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
 
 
 class StrictJSONRequest(Request):

@@ -8,6 +8,7 @@ from fastapi import APIRouter
 
 from app.api.deps import Service
 from app.api.strict_json import StrictJSONRoute
+from app.errors import PROBLEM
 from app.queue.repository import LeaseOutcome
 from app.schemas import (
     ClaimedJob,
@@ -24,8 +25,6 @@ from app.schemas import (
 )
 
 router = APIRouter(prefix="/v1", tags=["workers"], route_class=StrictJSONRoute)
-
-PROBLEM = {"content": {"application/problem+json": {}}}
 
 
 def _results(outcomes: Sequence[LeaseOutcome]) -> LeaseResults:
@@ -60,7 +59,9 @@ async def claim(body: ClaimRequest, service: Service) -> ClaimResponse:
         lease_seconds=body.lease_seconds,
     )
     return ClaimResponse(
-        jobs=[ClaimedJob.model_validate({**job_from_row(r), "attempt": r["attempts"]}) for r in rows]
+        jobs=[
+            ClaimedJob.model_validate({**job_from_row(r), "attempt": r["attempts"]}) for r in rows
+        ]
     )
 
 

@@ -45,7 +45,9 @@ class Reaper:
 
     name = "reaper"
 
-    def __init__(self, *, engine: AsyncEngine, repository: Repository, config: ReaperConfig) -> None:
+    def __init__(
+        self, *, engine: AsyncEngine, repository: Repository, config: ReaperConfig
+    ) -> None:
         self.engine = engine
         self.repo = repository
         self.config = config

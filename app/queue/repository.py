@@ -9,14 +9,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, and_, func, select
+from sqlalchemy import RowMapping, Select, and_, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.models import jobs
 from app.queue.queries import statement
 from app.queue.states import VisibleStatus
 
-JobRow = Mapping[str, Any]
+JobRow = RowMapping
 
 # Maintenance leader lock key: "jobq" in ASCII, so it is recognisable in pg_locks.
 MAINTENANCE_LOCK_KEY = 0x6A6F6271
@@ -209,9 +209,7 @@ class Repository:
         result = await conn.execute(statement("job_reap").clause, params)
         return list(result.mappings().all())
 
-    async def queue_set_paused(
-        self, conn: AsyncConnection, *, name: str, paused: bool
-    ) -> JobRow:
+    async def queue_set_paused(self, conn: AsyncConnection, *, name: str, paused: bool) -> JobRow:
         """Pauses or resumes a queue."""
         result = await conn.execute(
             statement("queue_set_paused").clause, {"name": name, "paused": paused}
@@ -250,4 +248,3 @@ class Repository:
             "errors_kept": self.backoff.errors_kept,
             "error_max_chars": self.backoff.error_max_chars,
         }
-

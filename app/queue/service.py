@@ -156,7 +156,7 @@ class JobService:
             raise NotFound(f"job {job_id} not found")
         return row
 
-    async def list(
+    async def list_jobs(
         self,
         *,
         queue: str | None,
@@ -250,9 +250,7 @@ class JobService:
         """Runs one of the repository's lease transitions (heartbeat, complete, fail, release)."""
 
         async def work(conn: AsyncConnection) -> list[LeaseOutcome]:
-            outcomes: list[LeaseOutcome] = await operation(
-                conn, worker_id=worker_id, items=items
-            )
+            outcomes: list[LeaseOutcome] = await operation(conn, worker_id=worker_id, items=items)
             return outcomes
 
         return await self._in_transaction(work)

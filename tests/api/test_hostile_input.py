@@ -25,8 +25,13 @@ RAW_CASES: list[tuple[str, bytes, str]] = [
     ("/v1/jobs", b'{"type": "t"', "body"),
     ("/v1/jobs", b"\xff\xfe", "body"),
     ("/v1/jobs", b'{"type": "t", "payload": ' + b"9" * 5000 + b"}", "body"),
-    ("/v1/heartbeat", b'{"worker_id": "w", "leases": [{"job_id": 1, "lease_id": "'
-     + LEASE["lease_id"].encode() + b'", "checkpoint": NaN}]}', "body"),
+    (
+        "/v1/heartbeat",
+        b'{"worker_id": "w", "leases": [{"job_id": 1, "lease_id": "'
+        + LEASE["lease_id"].encode()
+        + b'", "checkpoint": NaN}]}',
+        "body",
+    ),
 ]
 
 
@@ -66,18 +71,36 @@ FIELD_CASES: list[tuple[str, dict[str, Any], str]] = [
     ("/v1/claim", {"worker_id": "", "queues": ["q"]}, "body.worker_id"),
     ("/v1/claim", {"queues": ["q"]}, "body.worker_id"),
     ("/v1/heartbeat", {"worker_id": "w", "leases": []}, "body.leases"),
-    ("/v1/heartbeat", {"worker_id": "w", "leases": [{"job_id": 1, "lease_id": "nope"}]},
-     "body.leases[0].lease_id"),
-    ("/v1/complete", {"worker_id": "w", "leases": [{**LEASE, "job_id": 2**63}]},
-     "body.leases[0].job_id"),
-    ("/v1/complete", {"worker_id": "w", "leases": [{**LEASE, "job_id": 0}]},
-     "body.leases[0].job_id"),
-    ("/v1/fail", {"worker_id": "w", "leases": [{**LEASE, "retry_after_seconds": -5}]},
-     "body.leases[0].retry_after_seconds"),
-    ("/v1/release", {"worker_id": "w", "leases": [{**LEASE, "delay_seconds": 10**9}]},
-     "body.leases[0].delay_seconds"),
-    ("/v1/release", {"worker_id": "w", "leases": [{**LEASE, "extra": True}]},
-     "body.leases[0].extra"),
+    (
+        "/v1/heartbeat",
+        {"worker_id": "w", "leases": [{"job_id": 1, "lease_id": "nope"}]},
+        "body.leases[0].lease_id",
+    ),
+    (
+        "/v1/complete",
+        {"worker_id": "w", "leases": [{**LEASE, "job_id": 2**63}]},
+        "body.leases[0].job_id",
+    ),
+    (
+        "/v1/complete",
+        {"worker_id": "w", "leases": [{**LEASE, "job_id": 0}]},
+        "body.leases[0].job_id",
+    ),
+    (
+        "/v1/fail",
+        {"worker_id": "w", "leases": [{**LEASE, "retry_after_seconds": -5}]},
+        "body.leases[0].retry_after_seconds",
+    ),
+    (
+        "/v1/release",
+        {"worker_id": "w", "leases": [{**LEASE, "delay_seconds": 10**9}]},
+        "body.leases[0].delay_seconds",
+    ),
+    (
+        "/v1/release",
+        {"worker_id": "w", "leases": [{**LEASE, "extra": True}]},
+        "body.leases[0].extra",
+    ),
 ]
 
 
@@ -106,8 +129,9 @@ async def test_streamed_body_over_limit_is_413_problem(client: httpx.AsyncClient
             yield b"x" * 1024
         yield b'"}'
 
-    r = await client.post("/v1/jobs", content=chunks(),
-                          headers={"content-type": "application/json"})
+    r = await client.post(
+        "/v1/jobs", content=chunks(), headers={"content-type": "application/json"}
+    )
     assert r.status_code == 413
     assert r.headers["content-type"].startswith("application/problem+json")
 
@@ -120,6 +144,7 @@ async def test_unknown_route_and_method_are_problems(client: httpx.AsyncClient) 
 
 
 async def test_wrong_content_type_is_4xx(client: httpx.AsyncClient) -> None:
-    r = await client.post("/v1/jobs", content=b"type=t",
-                          headers={"content-type": "application/x-www-form-urlencoded"})
+    r = await client.post(
+        "/v1/jobs", content=b"type=t", headers={"content-type": "application/x-www-form-urlencoded"}
+    )
     assert 400 <= r.status_code < 500

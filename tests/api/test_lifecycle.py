@@ -76,7 +76,9 @@ async def test_heartbeat_extends_and_saves_checkpoint(client: httpx.AsyncClient)
     await enqueue(client)
     [c] = await claim(client, lease_seconds=5)
     [hb] = await lease_call(
-        client, "heartbeat", "w1",
+        client,
+        "heartbeat",
+        "w1",
         lease(c, lease_seconds=600, checkpoint={"last_id": 800}, progress={"done": 8, "total": 20}),
     )
     assert hb["ok"] and hb["lease_expires_at"] > c["lease_expires_at"]
@@ -231,11 +233,11 @@ async def test_batch_lease_calls_answer_per_item_in_order(client: httpx.AsyncCli
         await enqueue(client)
     jobs = await claim(client, max_jobs=3)
     lost = {"job_id": jobs[1]["id"], "lease_id": str(uuid.uuid4())}
-    results = await lease_call(
-        client, "complete", "w1", lease(jobs[2]), lost, lease(jobs[0])
-    )
+    results = await lease_call(client, "complete", "w1", lease(jobs[2]), lost, lease(jobs[0]))
     assert [(r["job_id"], r["ok"]) for r in results] == [
-        (jobs[2]["id"], True), (jobs[1]["id"], False), (jobs[0]["id"], True)
+        (jobs[2]["id"], True),
+        (jobs[1]["id"], False),
+        (jobs[0]["id"], True),
     ]
 
 

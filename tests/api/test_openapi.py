@@ -19,7 +19,20 @@ def test_committed_openapi_matches_app() -> None:
 
 def test_contract_names_every_endpoint() -> None:
     paths = openapi_document()["paths"]
-    for path in ("/v1/jobs", "/v1/jobs/batch", "/v1/jobs/{job_id}", "/v1/jobs/{job_id}/cancel",
-                 "/v1/jobs/{job_id}/retry", "/v1/claim", "/v1/heartbeat", "/v1/complete",
-                 "/v1/fail", "/v1/release", "/v1/queues", "/v1/workers", "/healthz", "/readyz"):
+    for path in (
+        "/v1/jobs",
+        "/v1/jobs/batch",
+        "/v1/jobs/{job_id}",
+        "/v1/jobs/{job_id}/cancel",
+        "/v1/jobs/{job_id}/retry",
+        "/v1/claim",
+        "/v1/heartbeat",
+        "/v1/complete",
+        "/v1/fail",
+        "/v1/release",
+        "/v1/queues",
+        "/v1/workers",
+        "/healthz",
+        "/readyz",
+    ):
         assert path in paths, path

@@ -19,15 +19,17 @@ async def test_idempotency_key_header_replay_and_reuse(client: httpx.AsyncClient
     assert again.json()["id"] == first.json()["id"]
     assert first.json()["idempotency_key"] == "k1"
 
-    other = await client.post("/v1/jobs", json={**body, "payload": {"user": 2}},
-                              headers={"Idempotency-Key": "k1"})
+    other = await client.post(
+        "/v1/jobs", json={**body, "payload": {"user": 2}}, headers={"Idempotency-Key": "k1"}
+    )
     assert other.status_code == 422
     assert other.headers["content-type"].startswith("application/problem+json")
     assert other.json()["errors"][0]["field"] == "idempotency_key"
 
     # Keys are per queue.
-    elsewhere = await client.post("/v1/jobs", json={**body, "queue": "sms"},
-                                  headers={"Idempotency-Key": "k1"})
+    elsewhere = await client.post(
+        "/v1/jobs", json={**body, "queue": "sms"}, headers={"Idempotency-Key": "k1"}
+    )
     assert elsewhere.status_code == 201 and elsewhere.json()["id"] != first.json()["id"]
 
 
@@ -43,9 +45,12 @@ async def test_parallel_enqueues_with_one_key_create_one_job(
     client: httpx.AsyncClient, clean_db: AsyncEngine
 ) -> None:
     body = {"queue": "q", "type": "t", "payload": {"n": 1}}
-    responses = await asyncio.gather(*[
-        client.post("/v1/jobs", json=body, headers={"Idempotency-Key": "same"}) for _ in range(20)
-    ])
+    responses = await asyncio.gather(
+        *[
+            client.post("/v1/jobs", json=body, headers={"Idempotency-Key": "same"})
+            for _ in range(20)
+        ]
+    )
     codes = sorted(r.status_code for r in responses)
     assert codes == [200] * 19 + [201], codes
     assert len({r.json()["id"] for r in responses}) == 1
@@ -66,10 +71,12 @@ async def test_batch_enqueue_in_order(client: httpx.AsyncClient) -> None:
 
 async def test_batch_is_all_or_nothing(client: httpx.AsyncClient, clean_db: AsyncEngine) -> None:
     await client.post("/v1/jobs", json={"type": "t", "idempotency_key": "taken", "payload": 1})
-    batch = {"jobs": [
-        {"type": "t", "payload": "fine"},
-        {"type": "t", "idempotency_key": "taken", "payload": 2},  # reuse, different request
-    ]}
+    batch = {
+        "jobs": [
+            {"type": "t", "payload": "fine"},
+            {"type": "t", "idempotency_key": "taken", "payload": 2},  # reuse, different request
+        ]
+    }
     r = await client.post("/v1/jobs/batch", json=batch)
     assert r.status_code == 422
     assert r.json()["errors"][0]["field"] == "body.jobs[1].idempotency_key"
@@ -95,17 +102,20 @@ async def test_batch_limits(client: httpx.AsyncClient) -> None:
 
 async def test_get_unknown_and_out_of_range_ids_are_404(client: httpx.AsyncClient) -> None:
     for job_id in ("12345", "0", "-1", "9223372036854775808", "99999999999999999999999999"):
-        for method, path in (("GET", f"/v1/jobs/{job_id}"),
-                             ("POST", f"/v1/jobs/{job_id}/cancel"),
-                             ("POST", f"/v1/jobs/{job_id}/retry")):
+        for method, path in (
+            ("GET", f"/v1/jobs/{job_id}"),
+            ("POST", f"/v1/jobs/{job_id}/cancel"),
+            ("POST", f"/v1/jobs/{job_id}/retry"),
+        ):
             r = await client.request(method, path)
             assert r.status_code == 404, (method, path, r.text)
             assert r.headers["content-type"].startswith("application/problem+json")
 
 
 async def test_list_filters_and_keyset_pagination(client: httpx.AsyncClient) -> None:
-    created = [await enqueue(client, queue="a" if i % 2 else "b", type=f"t{i % 3}")
-               for i in range(7)]
+    created = [
+        await enqueue(client, queue="a" if i % 2 else "b", type=f"t{i % 3}") for i in range(7)
+    ]
     seen: list[int] = []
     cursor = None
     while True:
@@ -147,6 +157,7 @@ async def test_list_rejects_bad_cursor_and_status(client: httpx.AsyncClient) -> 
 async def test_run_at_in_past_is_due_and_naive_time_is_utc(client: httpx.AsyncClient) -> None:
     job = await enqueue(client, run_at="2020-01-01T00:00:00")
     assert job["status"] == "pending" and job["run_at"].startswith("2020-01-01T00:00:00")
-    r = await client.post("/v1/jobs", json={"type": "t", "run_at": "2030-01-01T00:00:00Z",
-                                            "delay_seconds": 5})
+    r = await client.post(
+        "/v1/jobs", json={"type": "t", "run_at": "2030-01-01T00:00:00Z", "delay_seconds": 5}
+    )
     assert r.status_code == 422

@@ -21,8 +21,10 @@ async def seed_jobs(engine: AsyncEngine, count: int, **columns: Any) -> list[int
     binds = ", ".join(f":{k}" for k in values)
     async with engine.begin() as conn:
         result = await conn.execute(
-            text(f"INSERT INTO jobs ({names}) SELECT {binds} FROM generate_series(1, :n) "
-                 "RETURNING id"),
+            text(
+                f"INSERT INTO jobs ({names}) SELECT {binds} FROM generate_series(1, :n) "
+                "RETURNING id"
+            ),
             {**values, "n": count},
         )
         return [row[0] for row in result]
@@ -30,5 +32,5 @@ async def seed_jobs(engine: AsyncEngine, count: int, **columns: Any) -> list[int
 
 async def job_row(engine: AsyncEngine, job_id: int) -> dict[str, Any]:
     async with engine.connect() as conn:
-        row = (await conn.execute(text("SELECT * FROM jobs WHERE id = :id"), {"id": job_id}))
+        row = await conn.execute(text("SELECT * FROM jobs WHERE id = :id"), {"id": job_id})
         return dict(row.mappings().one())

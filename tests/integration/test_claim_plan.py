@@ -39,8 +39,11 @@ async def test_claim_uses_ordered_index_scan_without_backlog_sort(
     nodes = list(_nodes(plan))
 
     scans = [n for n in nodes if n.get("Relation Name") == "jobs" and "Scan" in n["Node Type"]]
-    index_scans = [n for n in scans if n["Node Type"] == "Index Scan"
-                   and n.get("Index Name") == "ix_jobs_claimable"]
+    index_scans = [
+        n
+        for n in scans
+        if n["Node Type"] == "Index Scan" and n.get("Index Name") == "ix_jobs_claimable"
+    ]
     assert index_scans, json.dumps(plan, indent=1)
     assert not [n for n in scans if n["Node Type"] in ("Seq Scan", "Bitmap Heap Scan")]
     # Only the few candidates (max_jobs per queue) may be sorted, never the pending rows.

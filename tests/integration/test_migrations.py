@@ -54,7 +54,8 @@ def test_upgrade_downgrade_upgrade_round_trip(empty_database: str) -> None:
     upgrade(empty_database)
     assert {"jobs", "queues", "alembic_version"} <= asyncio.run(_inspect(empty_database, _tables))
     assert asyncio.run(_inspect(empty_database, _functions)) == {
-        "jobq_backoff", "jobq_errors_append"
+        "jobq_backoff",
+        "jobq_errors_append",
     }
     downgrade(empty_database, "base")
     assert asyncio.run(_inspect(empty_database, _tables)) == {"alembic_version"}

@@ -22,8 +22,11 @@ async def _running(engine: AsyncEngine, ids: list[int], *, expires: float, attem
 
 
 def _reaper(engine: AsyncEngine, batch_size: int = 500) -> Reaper:
-    return Reaper(engine=engine, repository=repository(),
-                  config=ReaperConfig(interval_seconds=1, batch_size=batch_size))
+    return Reaper(
+        engine=engine,
+        repository=repository(),
+        config=ReaperConfig(interval_seconds=1, batch_size=batch_size),
+    )
 
 
 async def test_reaps_only_expired_leases(clean_db: AsyncEngine) -> None:
@@ -49,9 +52,11 @@ async def test_first_attempt_backoff_is_at_most_one_second(clean_db: AsyncEngine
     await _running(clean_db, ids, expires=-1.0, attempts=1)
     await _reaper(clean_db).run_once()
     async with clean_db.connect() as conn:
-        delays = (await conn.execute(text(
-            "SELECT EXTRACT(EPOCH FROM run_at - updated_at) FROM jobs"
-        ))).scalars().all()
+        delays = (
+            (await conn.execute(text("SELECT EXTRACT(EPOCH FROM run_at - updated_at) FROM jobs")))
+            .scalars()
+            .all()
+        )
     assert all(0 < float(d) <= 1.0 for d in delays), delays
 
 
