@@ -50,8 +50,16 @@ class JobqServer:
         self._log: IO[bytes] = log_path.open("wb")
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1",
-                 "--port", str(port)],
+                [
+                    sys.executable,
+                    "-m",
+                    "app.cli",
+                    "serve",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                ],
                 cwd=REPO_ROOT,
                 env=dict(env),
                 stdin=subprocess.DEVNULL,
@@ -77,9 +85,9 @@ class JobqServer:
     def describe(self) -> str:
         return f"jobq serve {self.name} (pid {self.pid}, {self.url}, log {self.log_path})"
 
-    async def wait_ready(self, timeout: float = READY_TIMEOUT_SECONDS) -> None:
+    async def wait_ready(self, within: float = READY_TIMEOUT_SECONDS) -> None:
         """Polls ``GET /readyz`` until it answers 200; fails if the process exits or time runs out."""
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + within
         last = "no answer yet"
         async with httpx.AsyncClient(base_url=self.url, timeout=2.0) as client:
             while True:
@@ -98,7 +106,7 @@ class JobqServer:
                     last = repr(exc)
                 if time.monotonic() > deadline:
                     pytest.fail(
-                        f"{self.describe()} not ready after {timeout} s (last: {last}):\n"
+                        f"{self.describe()} not ready after {within} s (last: {last}):\n"
                         f"{self.log_text()}"
                     )
                 await asyncio.sleep(0.1)
@@ -106,9 +114,9 @@ class JobqServer:
     def send_signal(self, sig: int) -> None:
         self.process.send_signal(sig)
 
-    async def wait_exit(self, timeout: float) -> int | None:
-        """The exit code once the process ends, or ``None`` if it still runs after ``timeout``."""
-        deadline = time.monotonic() + timeout
+    async def wait_exit(self, within: float) -> int | None:
+        """The exit code once the process ends, or ``None`` if it still runs after ``within`` s."""
+        deadline = time.monotonic() + within
         while True:
             code = self.process.poll()
             if code is not None:
@@ -141,9 +149,7 @@ class JobqServers:
 
     def spawn(self, env: Mapping[str, str] | None = None) -> JobqServer:
         """Starts a process without waiting for it."""
-        child_env = {
-            key: value for key, value in os.environ.items() if not key.startswith("JOBQ_")
-        }
+        child_env = {key: value for key, value in os.environ.items() if not key.startswith("JOBQ_")}
         child_env.update(
             {"DATABASE_URL": self.database_url, "PYTHONUNBUFFERED": "1", **(env or {})}
         )
@@ -168,7 +174,7 @@ class JobqServers:
         for server in self.servers:
             try:
                 server.stop()
-            except Exception as exc:  # keep stopping the others
+            except (OSError, subprocess.SubprocessError) as exc:  # keep stopping the others
                 errors.append(exc)
         if errors:
             raise errors[0]

@@ -64,11 +64,11 @@ async def job_rows(engine: AsyncEngine) -> dict[int, dict[str, Any]]:
 
 
 async def poll_until(
-    condition: Callable[[], Awaitable[bool]], *, timeout: float, what: str, interval: float = 0.1
+    condition: Callable[[], Awaitable[bool]], *, within: float, what: str, interval: float = 0.1
 ) -> None:
-    """Awaits ``condition`` every ``interval`` seconds until it holds; fails after ``timeout``."""
-    deadline = time.monotonic() + timeout
+    """Awaits ``condition`` every ``interval`` seconds until it holds; fails after ``within`` s."""
+    deadline = time.monotonic() + within
     while not await condition():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+            raise AssertionError(f"timed out after {within} s waiting for {what}")
         await asyncio.sleep(interval)

@@ -56,9 +56,7 @@ async def test_two_instances_sixteen_workers_complete_every_job_exactly_once(
             instance = index % 2
             client = clients[instance]
             while True:
-                jobs = await claim(
-                    client, worker_id, QUEUE, max_jobs=MAX_JOBS, lease_seconds=120
-                )
+                jobs = await claim(client, worker_id, QUEUE, max_jobs=MAX_JOBS, lease_seconds=120)
                 if not jobs:
                     if len(completed) + len(not_ok) >= JOBS:
                         return

@@ -61,7 +61,7 @@ async def test_reaped_lease_is_fenced_and_the_new_holder_completes(
             return bool(got)
 
         await poll_until(
-            b_got_it, timeout=REAPED_TIMEOUT_SECONDS, what="worker B to claim the reaped job"
+            b_got_it, within=REAPED_TIMEOUT_SECONDS, what="worker B to claim the reaped job"
         )
         [b] = got
         assert b["id"] == job["id"], b
@@ -129,7 +129,7 @@ async def test_fail_and_release_after_reap_but_before_reclaim_are_lease_lost(
         async def reaped() -> bool:
             return (await _get(client, job["id"]))["status"] != "running"
 
-        await poll_until(reaped, timeout=REAPED_TIMEOUT_SECONDS, what="the reaper to take the job")
+        await poll_until(reaped, within=REAPED_TIMEOUT_SECONDS, what="the reaper to take the job")
         assert (await _get(client, job["id"]))["last_error"] == "lease expired"
 
         fail = await lease_call(
@@ -138,7 +138,8 @@ async def test_fail_and_release_after_reap_but_before_reclaim_are_lease_lost(
         release = await lease_call(client, "release", "worker-A", [lease(a)])
         after = await _get(client, job["id"])
         # A's non-retryable failure was not applied (the job is not dead, the error not kept) ...
-        assert after["status"] in ("pending", "scheduled") and after["last_error"] == "lease expired"
+        assert after["status"] in ("pending", "scheduled"), after
+        assert after["last_error"] == "lease expired", after
         # ... so A must be told that it lost the lease, as heartbeat and complete tell it.
         _assert_lease_lost("fail", fail, job["id"])
         _assert_lease_lost("release", release, job["id"])

@@ -126,7 +126,7 @@ async def _sigterm_mid_run(server: JobqServer, ids: set[int]) -> tuple[Tally, in
                 return any(t.done() for t in tasks) or len(tally.acked) >= SIGTERM_AFTER
 
             await poll_until(
-                enough_done, timeout=30, what=f"{SIGTERM_AFTER} completions", interval=0.02
+                enough_done, within=30, what=f"{SIGTERM_AFTER} completions", interval=0.02
             )
             assert not any(t.done() for t in tasks), "workers must still be active at SIGTERM"
             server.send_signal(signal.SIGTERM)
@@ -183,7 +183,7 @@ async def test_sigterm_mid_run_then_restart_loses_nothing_and_reruns_nothing(
                 return all(row["status"] == "succeeded" for row in rows.values())
 
             # Jobs held at exit come back after their lease (3 s) plus a backoff (up to 1 s).
-            await poll_until(all_succeeded, timeout=45, what="all jobs succeeded after restart")
+            await poll_until(all_succeeded, within=45, what="all jobs succeeded after restart")
         finally:
             await _stop_workers(stop, tasks)
 
@@ -218,9 +218,7 @@ async def test_sigterm_mid_run_then_restart_loses_nothing_and_reruns_nothing(
     reason="service bug: uvicorn.run() re-raises the captured SIGTERM after its graceful "
     "shutdown, so `jobq serve` dies by the signal (status -15 / 143) and never returns 0",
 )
-async def test_sigterm_exit_code_is_zero(
-    jobq_servers: JobqServers, clean_db: AsyncEngine
-) -> None:
+async def test_sigterm_exit_code_is_zero(jobq_servers: JobqServers, clean_db: AsyncEngine) -> None:
     """``jobq serve`` shuts down gracefully on SIGTERM and exits with status 0."""
     server = await jobq_servers.start()
     server.send_signal(signal.SIGTERM)
