@@ -39,8 +39,15 @@ def main() -> int:
     with httpx.Client(base_url=base, timeout=30) as http:
         while not stopping:
             try:
-                r = http.post("/v1/claim", json={"worker_id": worker_id, "queues": queues,
-                                                 "max_jobs": 10, "wait_seconds": 5})
+                r = http.post(
+                    "/v1/claim",
+                    json={
+                        "worker_id": worker_id,
+                        "queues": queues,
+                        "max_jobs": 10,
+                        "wait_seconds": 5,
+                    },
+                )
                 r.raise_for_status()
             except httpx.HTTPError as exc:
                 print(f"claim failed: {exc}; retrying", flush=True)
