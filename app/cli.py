@@ -29,10 +29,9 @@ def openapi_document() -> dict[str, Any]:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from app.main import create_app
     from app.migrations import upgrade
+    from app.server import JobqServer
 
     overrides: dict[str, Any] = {}
     if args.host is not None:
@@ -48,13 +47,7 @@ def _serve(args: argparse.Namespace) -> int:
         f"jobq serving on {base}  (API {base}/v1, docs {base}/docs, health {base}/healthz)",
         flush=True,
     )
-    uvicorn.run(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_level=args.log_level,
-        timeout_graceful_shutdown=10,
-    )
+    JobqServer.for_app(create_app(settings), log_level=args.log_level).run()
     return 0
 
 

@@ -1,29 +1,35 @@
-"""``create_app(settings)``: the FastAPI app; its lifespan owns the engines and the maintenance loops."""
+"""``create_app(settings)``: the FastAPI app; its lifespan owns engines, wake-ups and maintenance."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
 from app.api import jobs, ops, workers
 from app.api.limits import BodyLimit
 from app.db import async_url, create_engine
 from app.errors import install_error_handlers
+from app.maintenance.promoter import Promoter, PromoterConfig
 from app.maintenance.reaper import Reaper, ReaperConfig
 from app.maintenance.runner import MaintenanceRunner
 from app.queue.repository import BackoffPolicy, Repository
 from app.queue.service import JobService
 from app.settings import Settings
+from app.wakeup.control import ControlChannel
+from app.wakeup.hub import WaiterHub
 
 API_DESCRIPTION = (
     "An HTTP job queue on PostgreSQL. Producers enqueue jobs; workers claim time-limited leases, "
     "heartbeat, and complete, fail or release them; every lease call is answered per item. "
     "Errors are RFC 9457 problem+json."
 )
+
+CONTROL_CONNECT_WAIT_SECONDS = 5.0
 
 
 def _require_url(settings: Settings) -> str:
@@ -32,15 +38,8 @@ def _require_url(settings: Settings) -> str:
     return settings.database_url
 
 
-@asynccontextmanager
-async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """Builds engine, repository and service; runs maintenance while the app serves."""
-    settings: Settings = app.state.settings
-    url = _require_url(settings)
-    engine = create_engine(
-        url, pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow
-    )
-    repository = Repository(
+def _repository(settings: Settings) -> Repository:
+    return Repository(
         backoff=BackoffPolicy(
             base_seconds=settings.backoff_base_seconds,
             cap_seconds=settings.backoff_cap_seconds,
@@ -48,40 +47,83 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             error_max_chars=settings.error_text_max_chars,
         )
     )
-    app.state.service = JobService(engine=engine, repository=repository, settings=settings)
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Builds the pool, the control connection, the service and the maintenance loops; tears down."""
+    settings: Settings = app.state.settings
+    url = _require_url(settings)
+    engine = create_engine(
+        url, pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow
+    )
+    # The control connection lives outside the pool: parked claims never hold a pooled one.
+    control_engine = create_async_engine(
+        async_url(url),
+        poolclass=NullPool,
+        connect_args={"server_settings": {"application_name": "jobq-control"}},
+    )
+    repository = _repository(settings)
+    hub = WaiterHub()
+    control = ControlChannel(
+        engine=control_engine,
+        repository=repository,
+        hub=hub,
+        coalesce_window=settings.notify_coalesce_seconds,
+    )
+    announce = control.announce if settings.wakeup_announce else _announce_nothing
+    app.state.hub = hub
+    app.state.control = control
+    app.state.service = JobService(
+        engine=engine, repository=repository, settings=settings, hub=hub, announce=announce
+    )
+    loop = asyncio.get_running_loop()
+    # Called from the signal handler: parked claims answer at once instead of holding the exit.
+    app.state.begin_shutdown = lambda: loop.call_soon_threadsafe(hub.close)
+
+    control.start()
+    await control.wait_connected(CONTROL_CONNECT_WAIT_SECONDS)
     runner: MaintenanceRunner | None = None
-    lock_engine: AsyncEngine | None = None
     if settings.maintenance_enabled:
-        lock_engine = create_async_engine(async_url(url), poolclass=NullPool)
-        reaper = Reaper(
-            engine=engine,
-            repository=repository,
-            config=ReaperConfig(
-                interval_seconds=settings.reaper_interval_seconds,
-                batch_size=settings.reaper_batch_size,
-            ),
+        runner = MaintenanceRunner(
+            lead=control.lead,
+            loops=[
+                Reaper(
+                    engine=engine,
+                    repository=repository,
+                    config=ReaperConfig(
+                        interval_seconds=settings.reaper_interval_seconds,
+                        batch_size=settings.reaper_batch_size,
+                    ),
+                ),
+                Promoter(
+                    engine=engine,
+                    repository=repository,
+                    announce=announce,
+                    config=PromoterConfig(interval_seconds=settings.promoter_interval_seconds),
+                ),
+            ],
         )
-        runner = MaintenanceRunner(lock_engine=lock_engine, repository=repository, loops=[reaper])
         runner.start()
     app.state.maintenance = runner
     try:
         yield
     finally:
+        hub.close()
         if runner is not None:
             await runner.stop()
-        if lock_engine is not None:
-            await lock_engine.dispose()
+        await control.stop()
+        await control_engine.dispose()
         await engine.dispose()
+
+
+def _announce_nothing(queue: str, count: int) -> None:
+    """Wake-ups switched off (``JOBQ_WAKEUP_ANNOUNCE=false``): waiters rely on the backstop."""
 
 
 def create_app(settings: Settings) -> FastAPI:
     """Builds the app for these settings; nothing is connected until the lifespan starts."""
-    app = FastAPI(
-        title="jobq",
-        version="0.1.0",
-        description=API_DESCRIPTION,
-        lifespan=lifespan,
-    )
+    app = FastAPI(title="jobq", version="0.1.0", description=API_DESCRIPTION, lifespan=lifespan)
     app.state.settings = settings
     app.state.max_json_depth = settings.max_json_depth
     install_error_handlers(app)

@@ -77,6 +77,8 @@ jobs = Table(
         "lease_expires_at",
         postgresql_where=text("status = 'running'"),
     ),
+    # The promoter's scan: pending jobs by due time, to announce delayed jobs as they come due.
+    Index("ix_jobs_pending_run_at", "run_at", postgresql_where=text("status = 'pending'")),
     # Listing and counting per queue and state.
     Index("ix_jobs_queue_status_id", "queue", "status", "id"),
 )

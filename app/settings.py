@@ -39,6 +39,13 @@ class Settings(BaseSettings):
     batch_max_jobs: int = Field(default=1000, ge=1, le=10000)
     list_max_limit: int = Field(default=500, ge=1, le=10000)
 
+    longpoll_backstop_seconds: float = Field(default=1.0, gt=0, le=20)
+    notify_coalesce_seconds: float = Field(default=0.005, ge=0, le=1)
+    wakeup_announce: bool = Field(
+        default=True, description="Wake waiters after commits (off only to measure its cost)."
+    )
+    promoter_interval_seconds: float = Field(default=0.05, gt=0, le=10)
+
     maintenance_enabled: bool = True
     reaper_interval_seconds: float = Field(default=1.0, gt=0)
     reaper_batch_size: int = Field(default=500, ge=1, le=10000)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
 from app.api.deps import Service
 from app.api.strict_json import StrictJSONRoute
@@ -49,15 +51,42 @@ def _items(leases: Sequence[StrictModel]) -> list[dict[str, object]]:
     return [item.model_dump(mode="json", exclude_unset=True) for item in leases]
 
 
+@contextlib.asynccontextmanager
+async def _client_gone(request: Request) -> AsyncIterator[asyncio.Event]:
+    """An event set when the HTTP client disconnects (watched only for the span of the block)."""
+    gone = asyncio.Event()
+
+    async def watch() -> None:
+        # The body was read already: the next message is the disconnect (or the end of the cycle).
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        gone.set()
+
+    watcher = asyncio.create_task(watch(), name="jobq-claim-disconnect")
+    try:
+        yield gone
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+
+
 @router.post("/claim", response_model=ClaimResponse, responses={422: PROBLEM})
-async def claim(body: ClaimRequest, service: Service) -> ClaimResponse:
-    """Leases up to ``max_jobs`` due jobs; each comes with ``lease_id``, ``attempt`` and ``checkpoint``."""
-    rows = await service.claim(
-        worker_id=body.worker_id,
-        queues=body.queues,
-        max_jobs=body.max_jobs,
-        lease_seconds=body.lease_seconds,
-    )
+async def claim(body: ClaimRequest, service: Service, request: Request) -> ClaimResponse:
+    """Leases up to ``max_jobs`` due jobs; each comes with ``lease_id``, ``attempt`` and ``checkpoint``.
+
+    With ``wait_seconds`` > 0 the call long-polls: it answers as soon as a job it can take
+    exists, or with an empty list when the wait ends (or the instance shuts down).
+    """
+    async with _client_gone(request) as gone:
+        rows = await service.claim(
+            worker_id=body.worker_id,
+            queues=body.queues,
+            max_jobs=body.max_jobs,
+            lease_seconds=body.lease_seconds,
+            wait_seconds=body.wait_seconds,
+            stop=gone,
+        )
     return ClaimResponse(
         jobs=[
             ClaimedJob.model_validate({**job_from_row(r), "attempt": r["attempts"]}) for r in rows

@@ -54,6 +54,8 @@ class LeaseOutcome:
     cancelled: bool
     lease_expires_at: datetime | None = None
     run_at: datetime | None = None
+    queue: str | None = None
+    claimable_now: bool = False
 
     @property
     def ok(self) -> bool:
@@ -162,6 +164,8 @@ class Repository:
                 cancelled=bool(row["cancelled"]),
                 lease_expires_at=row.get("lease_expires_at"),
                 run_at=row.get("run_at"),
+                queue=row.get("queue"),
+                claimable_now=bool(row.get("claimable_now")),
             )
             for row in result.mappings().all()
         ]
@@ -225,6 +229,23 @@ class Repository:
         """Workers holding leases now."""
         result = await conn.execute(statement("worker_list").clause)
         return list(result.mappings().all())
+
+    async def wakeup_notify(
+        self, conn: AsyncConnection, *, channel: str, payloads: Sequence[str]
+    ) -> None:
+        """Sends the wake-up notifications (one per payload)."""
+        if payloads:
+            await conn.execute(
+                statement("wakeup_notify").clause, {"channel": channel, "payloads": list(payloads)}
+            )
+
+    async def job_due_since(
+        self, conn: AsyncConnection, *, since: datetime | None
+    ) -> tuple[dict[str, int], datetime]:
+        """Per queue, how many pending jobs came due after ``since``; and the database's now()."""
+        rows = (await conn.execute(statement("job_due_since").clause, {"since": since})).all()
+        checked_at: datetime = rows[-1].checked_at
+        return {r.queue: int(r.due) for r in rows if r.queue is not None}, checked_at
 
     async def maintenance_try_lead(self, conn: AsyncConnection) -> bool:
         """Takes the maintenance leader lock on this connection's session, if free."""

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
+import contextlib
 import hashlib
 import json
+import random
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC
 from typing import Any, TypeVar
@@ -18,6 +22,9 @@ from app.queue.repository import JobRow, LeaseOutcome, ListFilter, Repository
 from app.queue.states import JobStatus, VisibleStatus, can_cancel
 from app.schemas import MAX_BIGINT, EnqueueRequest
 from app.settings import Settings
+from app.wakeup.hub import WaiterHub
+
+Announce = Callable[[str, int], object]
 
 T = TypeVar("T")
 
@@ -60,10 +67,21 @@ def _valid_id(job_id: int) -> bool:
 class JobService:
     """The queue's operations for the API: enqueue, read, claim, lease transitions, ops actions."""
 
-    def __init__(self, *, engine: AsyncEngine, repository: Repository, settings: Settings) -> None:
+    def __init__(
+        self,
+        *,
+        engine: AsyncEngine,
+        repository: Repository,
+        settings: Settings,
+        hub: WaiterHub | None = None,
+        announce: Announce | None = None,
+    ) -> None:
         self.engine = engine
         self.repo = repository
         self.settings = settings
+        self.hub = hub or WaiterHub()
+        # Called after a commit that made jobs claimable: wakes waiters here and elsewhere.
+        self.announce: Announce = announce or self.hub.notify
 
     async def _in_transaction(self, work: Callable[[AsyncConnection], Awaitable[T]]) -> T:
         for attempt in range(1, _TRANSACTION_TRIES + 1):
@@ -138,9 +156,17 @@ class JobService:
 
         for _ in range(_TRANSACTION_TRIES):
             try:
-                return await self._in_transaction(work)
+                answered = await self._in_transaction(work)
             except _Retry:
                 continue
+            due = Counter(
+                row["queue"]
+                for row, created in answered
+                if created and row["run_at"] <= row["db_now"]
+            )
+            for queue, count in due.items():
+                self.announce(queue, count)
+            return answered
         raise AssertionError("idempotent enqueue kept racing with deletion")
 
     async def get(self, job_id: int) -> JobRow:
@@ -216,6 +242,7 @@ class JobService:
 
         done, current = await self._in_transaction(work)
         if done is not None:
+            self.announce(done["queue"], 1)
             return done
         if current is None:
             raise NotFound(f"job {job_id} not found")
@@ -225,9 +252,22 @@ class JobService:
         )
 
     async def claim(
-        self, *, worker_id: str, queues: Sequence[str], max_jobs: int, lease_seconds: int | None
+        self,
+        *,
+        worker_id: str,
+        queues: Sequence[str],
+        max_jobs: int,
+        lease_seconds: int | None,
+        wait_seconds: float = 0,
+        stop: asyncio.Event | None = None,
     ) -> list[JobRow]:
-        """Leases up to ``max_jobs`` due jobs to the worker (an empty list when none is due)."""
+        """Leases up to ``max_jobs`` due jobs; with ``wait_seconds``, long-polls until one comes.
+
+        A waiting claim holds no database connection: it parks in the hub and re-runs the claim
+        statement when woken, or at least every backstop interval in case a wake-up was lost.
+        It answers an empty list when the wait ends, when ``stop`` is set (the client went away)
+        or when the instance shuts down.
+        """
 
         async def work(conn: AsyncConnection) -> list[JobRow]:
             return await self.repo.job_claim(
@@ -238,7 +278,35 @@ class JobService:
                 lease_seconds=lease_seconds,
             )
 
-        return await self._in_transaction(work)
+        if wait_seconds <= 0 or self.hub.closed:
+            return await self._in_transaction(work)
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_seconds
+        stop = stop or asyncio.Event()
+        # Park before the first attempt, so a job announced during it still wakes us.
+        waiter = self.hub.register(queues)
+        try:
+            while True:
+                if stop.is_set():
+                    return []
+                jobs = await self._in_transaction(work)
+                if jobs:
+                    return jobs
+                remaining = deadline - loop.time()
+                if remaining <= 0 or self.hub.closed:
+                    return []
+                backstop = self.settings.longpoll_backstop_seconds * random.uniform(0.8, 1.0)
+                await _wait_either(waiter.event, stop, seconds=min(remaining, backstop))
+                if self.hub.closed:
+                    return []
+                self.hub.rearm(waiter)
+        finally:
+            self.hub.unregister(waiter)
+            if waiter.woken and stop.is_set() and not self.hub.closed:
+                # Woken but leaving without claiming: pass the wake-up on to another waiter.
+                for queue in waiter.queues:
+                    self.hub.notify(queue, 1)
 
     async def lease_call(
         self,
@@ -253,15 +321,22 @@ class JobService:
             outcomes: list[LeaseOutcome] = await operation(conn, worker_id=worker_id, items=items)
             return outcomes
 
-        return await self._in_transaction(work)
+        outcomes = await self._in_transaction(work)
+        due = Counter(o.queue for o in outcomes if o.claimable_now and o.queue is not None)
+        for queue, count in due.items():
+            self.announce(queue, count)
+        return outcomes
 
     async def set_paused(self, name: str, *, paused: bool) -> JobRow:
-        """Pauses or resumes a queue."""
+        """Pauses or resumes a queue; resuming wakes the queue's waiters."""
 
         async def work(conn: AsyncConnection) -> JobRow:
             return await self.repo.queue_set_paused(conn, name=name, paused=paused)
 
-        return await self._in_transaction(work)
+        row = await self._in_transaction(work)
+        if not paused:
+            self.announce(name, RESUME_WAKE_COUNT)
+        return row
 
     async def queue_stats(self) -> list[JobRow]:
         """Counts per queue and state."""
@@ -278,3 +353,20 @@ class JobService:
 
 class _Retry(Exception):
     """Internal: the unit of work must run again."""
+
+
+# Resuming a queue may make its whole backlog claimable: wake every waiter on it.
+RESUME_WAKE_COUNT = 1_000_000
+
+
+async def _wait_either(first: asyncio.Event, second: asyncio.Event, *, seconds: float) -> None:
+    """Waits until either event is set or ``seconds`` pass."""
+    waits = [asyncio.ensure_future(first.wait()), asyncio.ensure_future(second.wait())]
+    try:
+        await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in waits:
+            task.cancel()
+        for task in waits:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

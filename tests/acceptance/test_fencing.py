@@ -112,12 +112,6 @@ async def test_reaped_lease_is_fenced_and_the_new_holder_completes(
     assert row["attempts"] == 2 and str(row["lease_id"]) == b["lease_id"], row
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="service bug: the reaper keeps lease_id/worker_id on the job it returns to pending, "
-    "so the old holder's fail/release match the 'repeat of a call that took effect' branch of "
-    "job_fail/job_release and answer ok=true (status pending) although nothing was applied",
-)
 async def test_fail_and_release_after_reap_but_before_reclaim_are_lease_lost(
     jobq_servers: JobqServers, clean_db: AsyncEngine
 ) -> None:

@@ -185,6 +185,8 @@ SELECT i.ord, i.job_id,
                 CASE WHEN cur.status IN ('pending', 'dead') AND cur.lease_id = i.lease_id
                           AND cur.worker_id = :worker_id THEN cur.status END) AS status,
        COALESCE(u.run_at, cur.run_at) AS run_at,
+       cur.queue,
+       u.id IS NOT NULL AND u.status = 'pending' AND u.run_at <= now() AS claimable_now,
        COALESCE(cur.status = 'cancelled' AND cur.lease_id = i.lease_id, false) AS cancelled
 FROM items i
 LEFT JOIN updated u ON u.id = i.job_id AND u.lease_id = i.lease_id
@@ -221,6 +223,8 @@ SELECT i.ord, i.job_id,
                 CASE WHEN cur.status = 'pending' AND cur.lease_id = i.lease_id
                           AND cur.worker_id = :worker_id THEN cur.status END) AS status,
        COALESCE(u.run_at, cur.run_at) AS run_at,
+       cur.queue,
+       u.id IS NOT NULL AND u.status = 'pending' AND u.run_at <= now() AS claimable_now,
        COALESCE(cur.status = 'cancelled' AND cur.lease_id = i.lease_id, false) AS cancelled
 FROM items i
 LEFT JOIN updated u ON u.id = i.job_id AND u.lease_id = i.lease_id
@@ -266,6 +270,8 @@ SET status = CASE WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' EN
         jsonb_build_object('attempt', j.attempts, 'at', now(), 'error', 'lease expired',
                            'worker_id', j.worker_id, 'kind', 'lease_expired'),
         CAST(:errors_kept AS int)),
+    -- The lease is void: clearing it keeps a late fail / release from passing as a replay.
+    lease_id = NULL,
     lease_expires_at = NULL,
     updated_at = now()
 FROM expired

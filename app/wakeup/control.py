@@ -1,0 +1,218 @@
+"""The instance's one connection outside the pool: LISTEN for wake-ups, coalesced NOTIFY, leader lock.
+
+Enqueue transactions never NOTIFY: a transaction that notifies takes a global lock while it
+commits, which serialises the commits (fsync included) of every notifying transaction. Instead
+the service wakes its own waiters in-process right after commit and hands the queue to
+:meth:`ControlChannel.announce`, which sends one ``pg_notify`` per queue per short window from
+this connection, in a transaction that writes no WAL. Other instances LISTEN here and wake their
+waiters; our own notifications are recognised by the instance id and ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import uuid
+from typing import Any
+
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from app.queue.repository import Repository
+from app.wakeup.hub import WaiterHub
+
+logger = logging.getLogger("jobq.wakeup")
+
+CHANNEL = "jobq_wakeup"
+COALESCE_WINDOW_SECONDS_DEFAULT = 0.005
+RECONNECT_MIN_SECONDS = 0.1
+RECONNECT_MAX_SECONDS = 5.0
+PING_INTERVAL_SECONDS = 5.0
+
+
+def encode_payload(instance: str, queue: str, count: int) -> str:
+    """``<instance> <count> <queue>``: small, and the queue (which may hold ':') comes last."""
+    return f"{instance} {count} {queue}"
+
+
+def decode_payload(payload: str) -> tuple[str, int, str] | None:
+    """The parts of a payload, or ``None`` for one this version does not understand."""
+    parts = payload.split(" ", 2)
+    if len(parts) != 3 or not parts[1].isdigit():
+        return None
+    return parts[0], int(parts[1]), parts[2]
+
+
+class ControlChannel:
+    """Owns the control connection: listens, announces, elects; reconnects with backoff when lost."""
+
+    def __init__(
+        self,
+        *,
+        engine: AsyncEngine,
+        repository: Repository,
+        hub: WaiterHub,
+        coalesce_window: float = COALESCE_WINDOW_SECONDS_DEFAULT,
+    ) -> None:
+        self.engine = engine
+        self.repo = repository
+        self.hub = hub
+        self.coalesce_window = coalesce_window
+        self.instance = uuid.uuid4().hex[:12]
+        self._conn: AsyncConnection | None = None
+        self._io = asyncio.Lock()  # one statement at a time on the one connection
+        self._lost = asyncio.Event()
+        self._connected = asyncio.Event()
+        self._holds_lock = False
+        self._pending: dict[str, int] = {}
+        self._flush_task: asyncio.Task[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def connected(self) -> bool:
+        """Whether the control connection is up (and listening)."""
+        return self._connected.is_set()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Starts the supervised task that keeps the connection up."""
+        self._task = asyncio.create_task(self._keep_connected(), name="jobq-control")
+
+    async def wait_connected(self, seconds: float) -> bool:
+        """Waits until the connection is up; answers whether it is."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._connected.wait()
+        return self.connected
+
+    async def stop(self) -> None:
+        """Sends what is buffered, then closes the connection (which frees the leader lock)."""
+        for task in (self._task, self._flush_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if self._pending:
+            await self._flush()
+        await self._close()
+
+    # -- announcing --------------------------------------------------------------------------
+
+    def announce(self, queue: str, count: int = 1) -> None:
+        """Jobs became claimable in ``queue``: wake local waiters now, other instances shortly."""
+        if count <= 0:
+            return
+        self.hub.notify(queue, count)
+        self._pending[queue] = self._pending.get(queue, 0) + count
+        if self._flush_task is None or self._flush_task.done():
+            self._flush_task = asyncio.create_task(self._flush_later(), name="jobq-notify")
+
+    async def _flush_later(self) -> None:
+        await asyncio.sleep(self.coalesce_window)
+        await self._flush()
+
+    async def _flush(self) -> None:
+        pending, self._pending = self._pending, {}
+        payloads = [encode_payload(self.instance, q, n) for q, n in pending.items()]
+        async with self._io:
+            if self._conn is None:
+                return  # other instances fall back to their one-second backstop
+            try:
+                await self.repo.wakeup_notify(self._conn, channel=CHANNEL, payloads=payloads)
+            except (DBAPIError, OSError) as exc:
+                logger.warning("notify failed: %s", exc)
+                self._lost.set()
+
+    # -- leadership --------------------------------------------------------------------------
+
+    async def lead(self) -> bool:
+        """Whether this instance holds the maintenance leader lock, taking it if it is free."""
+        async with self._io:
+            if self._conn is None:
+                return False
+            if self._holds_lock:
+                return True
+            try:
+                self._holds_lock = await self.repo.maintenance_try_lead(self._conn)
+            except (DBAPIError, OSError) as exc:
+                logger.warning("leader election failed: %s", exc)
+                self._lost.set()
+                return False
+            if self._holds_lock:
+                logger.info("instance %s now runs maintenance", self.instance)
+            return self._holds_lock
+
+    # -- the connection ----------------------------------------------------------------------
+
+    def _on_notification(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        decoded = decode_payload(payload)
+        if decoded is None:
+            return
+        sender, count, queue = decoded
+        if sender != self.instance:
+            self.hub.notify(queue, count)
+
+    def _on_termination(self, _conn: Any) -> None:
+        self._lost.set()
+
+    async def _connect(self) -> None:
+        conn = await self.engine.connect()
+        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        raw = await conn.get_raw_connection()
+        driver: Any = raw.driver_connection
+        await driver.add_listener(CHANNEL, self._on_notification)
+        driver.add_termination_listener(self._on_termination)
+        self._conn = conn
+
+    async def _close(self) -> None:
+        self._connected.clear()
+        self._holds_lock = False
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(DBAPIError, OSError):
+                await conn.invalidate()
+            with contextlib.suppress(DBAPIError, OSError):
+                await conn.close()
+
+    async def _ping(self) -> None:
+        async with self._io:
+            if self._conn is None:
+                return
+            try:
+                await self.repo.maintenance_ping(self._conn)
+            except (DBAPIError, OSError) as exc:
+                logger.warning("control connection lost: %s", exc)
+                self._lost.set()
+
+    async def _keep_connected(self) -> None:
+        delay = RECONNECT_MIN_SECONDS
+        first = True
+        while True:
+            try:
+                async with self._io:
+                    await self._connect()
+            except (DBAPIError, OSError) as exc:
+                logger.warning("control connection failed: %s; retrying in %.1fs", exc, delay)
+                await asyncio.sleep(delay * random.uniform(0.8, 1.2))
+                delay = min(delay * 2, RECONNECT_MAX_SECONDS)
+                continue
+            delay = RECONNECT_MIN_SECONDS
+            self._lost.clear()
+            self._connected.set()
+            if not first:
+                # Notifications may have been missed while we were away: nobody sleeps through.
+                logger.info("control connection restored; waking every waiter")
+                self.hub.notify_all()
+            first = False
+            while not self._lost.is_set():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(PING_INTERVAL_SECONDS):
+                        await self._lost.wait()
+                if not self._lost.is_set():
+                    await self._ping()
+            async with self._io:
+                await self._close()
+            self.hub.notify_all()
