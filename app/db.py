@@ -25,13 +25,21 @@ def async_url(url: str) -> URL:
     return parsed.set(drivername="postgresql+asyncpg")
 
 
-def create_engine(url: str, *, pool_size: int = 10, max_overflow: int = 5) -> AsyncEngine:
-    """Creates the async engine the service and its loops share."""
+def create_engine(
+    url: str, *, pool_size: int = 10, max_overflow: int = 0, pool_timeout: float = 10.0
+) -> AsyncEngine:
+    """Creates the async engine the service and its loops share.
+
+    A fixed pool (no overflow) makes requests queue for a connection instead of opening and
+    closing overflow connections under load, which was measured to cost more than the work.
+    There is no pre-ping (a round trip on every checkout): a connection found dead fails its
+    request with a 503 and SQLAlchemy invalidates the pool, so the next requests reconnect.
+    """
     return create_async_engine(
         async_url(url),
         pool_size=pool_size,
         max_overflow=max_overflow,
-        pool_pre_ping=True,
+        pool_timeout=pool_timeout,
         # Each pooled connection identifies itself in pg_stat_activity.
         connect_args={"server_settings": {"application_name": "jobq"}},
     )

@@ -10,6 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 PROBLEM_JSON = "application/problem+json"
@@ -164,6 +165,16 @@ async def _database_error(_: Request, exc: Exception) -> JSONResponse:
     return await _unexpected_error(_, exc)
 
 
+async def _pool_timeout(_: Request, exc: Exception) -> JSONResponse:
+    return problem(
+        503,
+        "Service Unavailable",
+        "no database connection became free in time; retry",
+        slug="database-unavailable",
+        headers={"Retry-After": "1"},
+    )
+
+
 async def _unexpected_error(_: Request, exc: Exception) -> JSONResponse:
     logger.error("unhandled error", exc_info=exc)
     return problem(500, "Internal Server Error", "an unexpected error occurred", slug="internal")
@@ -176,4 +187,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(DBAPIError, _database_error)
+    app.add_exception_handler(PoolTimeout, _pool_timeout)
     app.add_exception_handler(Exception, _unexpected_error)

@@ -20,6 +20,7 @@ from app.maintenance.runner import MaintenanceRunner
 from app.queue.repository import BackoffPolicy, Repository
 from app.queue.service import JobService
 from app.settings import Settings
+from app.wakeup.backstop import Backstop
 from app.wakeup.control import ControlChannel
 from app.wakeup.hub import WaiterHub
 
@@ -63,6 +64,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         poolclass=NullPool,
         connect_args={"server_settings": {"application_name": "jobq-control"}},
     )
+    # Reads and single statements need no BEGIN / COMMIT round trips.
+    autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
     repository = _repository(settings)
     hub = WaiterHub()
     control = ControlChannel(
@@ -81,7 +84,14 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     # Called from the signal handler: parked claims answer at once instead of holding the exit.
     app.state.begin_shutdown = lambda: loop.call_soon_threadsafe(hub.close)
 
+    backstop = Backstop(
+        engine=autocommit,
+        repository=repository,
+        hub=hub,
+        interval_seconds=settings.longpoll_backstop_seconds,
+    )
     control.start()
+    backstop.start()
     await control.wait_connected(CONTROL_CONNECT_WAIT_SECONDS)
     runner: MaintenanceRunner | None = None
     if settings.maintenance_enabled:
@@ -97,7 +107,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
                     ),
                 ),
                 Promoter(
-                    engine=engine,
+                    engine=autocommit,
                     repository=repository,
                     announce=announce,
                     config=PromoterConfig(interval_seconds=settings.promoter_interval_seconds),
@@ -110,6 +120,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
     finally:
         hub.close()
+        await backstop.stop()
         if runner is not None:
             await runner.stop()
         await control.stop()

@@ -23,7 +23,7 @@ class Settings(BaseSettings):
     port: int = Field(default=8000, ge=0, le=65535)
 
     db_pool_size: int = Field(default=10, ge=1, le=200)
-    db_max_overflow: int = Field(default=5, ge=0, le=200)
+    db_max_overflow: int = Field(default=0, ge=0, le=200)
 
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
     max_json_depth: int = Field(default=64, ge=2, le=500)

@@ -9,8 +9,8 @@ from fastapi import Depends, Request
 from app.queue.service import JobService
 
 
-def get_service(request: Request) -> JobService:
-    """The app's job service, built by the lifespan."""
+async def get_service(request: Request) -> JobService:
+    """The app's job service, built by the lifespan (async: no threadpool hop per request)."""
     service: JobService = request.app.state.service
     return service
 

@@ -247,6 +247,15 @@ class Repository:
         checked_at: datetime = rows[-1].checked_at
         return {r.queue: int(r.due) for r in rows if r.queue is not None}, checked_at
 
+    async def job_due_in_queues(
+        self, conn: AsyncConnection, *, queues: Sequence[str], cap: int
+    ) -> dict[str, int]:
+        """Per unpaused queue, how many jobs are due now (counted up to ``cap``)."""
+        result = await conn.execute(
+            statement("job_due_in_queues").clause, {"queues": list(queues), "cap": cap}
+        )
+        return {row.queue: int(row.due) for row in result}
+
     async def maintenance_try_lead(self, conn: AsyncConnection) -> bool:
         """Takes the maintenance leader lock on this connection's session, if free."""
         result = await conn.execute(

@@ -8,7 +8,6 @@ import binascii
 import contextlib
 import hashlib
 import json
-import random
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC
@@ -79,14 +78,28 @@ class JobService:
         self.engine = engine
         self.repo = repository
         self.settings = settings
+        # Single-statement work runs in autocommit: one round trip instead of BEGIN, statement,
+        # COMMIT. Each statement is atomic on its own; see _run.
+        self.autocommit_engine = engine.execution_options(isolation_level="AUTOCOMMIT")
         self.hub = hub or WaiterHub()
         # Called after a commit that made jobs claimable: wakes waiters here and elsewhere.
         self.announce: Announce = announce or self.hub.notify
 
-    async def _in_transaction(self, work: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+    async def _run(
+        self, work: Callable[[AsyncConnection], Awaitable[T]], *, transaction: bool = False
+    ) -> T:
+        """Runs a unit of work, retrying deadlocks and serialization failures.
+
+        ``transaction=True`` wraps it in one transaction (commit at the end), for work whose
+        statements must stand or fall together. Otherwise each statement commits on its own:
+        right for the state changes, which are single conditional statements, and for reads.
+        """
         for attempt in range(1, _TRANSACTION_TRIES + 1):
             try:
-                async with self.engine.begin() as conn:
+                if transaction:
+                    async with self.engine.begin() as conn:
+                        return await work(conn)
+                async with self.autocommit_engine.connect() as conn:
                     return await work(conn)
             except DBAPIError as exc:
                 if sqlstate(exc) in _RETRYABLE_SQLSTATES and attempt < _TRANSACTION_TRIES:
@@ -122,6 +135,7 @@ class JobService:
         different request the whole call fails and nothing is written.
         """
         items = [self._enqueue_item(r) for r in requests]
+        any_keys = any(item["idempotency_key"] is not None for item in items)
 
         async def work(conn: AsyncConnection) -> list[tuple[JobRow, bool]]:
             rows = await self.repo.job_enqueue(conn, items=items)
@@ -156,7 +170,8 @@ class JobService:
 
         for _ in range(_TRANSACTION_TRIES):
             try:
-                answered = await self._in_transaction(work)
+                # Keys need the lookup in the same transaction: a reused key rolls the batch back.
+                answered = await self._run(work, transaction=any_keys)
             except _Retry:
                 continue
             due = Counter(
@@ -177,7 +192,7 @@ class JobService:
         async def work(conn: AsyncConnection) -> JobRow | None:
             return await self.repo.job_get(conn, job_id=job_id)
 
-        row = await self._in_transaction(work)
+        row = await self._run(work)
         if row is None:
             raise NotFound(f"job {job_id} not found")
         return row
@@ -203,7 +218,7 @@ class JobService:
         async def work(conn: AsyncConnection) -> list[JobRow]:
             return await self.repo.job_list(conn, where=where)
 
-        rows = await self._in_transaction(work)
+        rows = await self._run(work)
         next_cursor = encode_cursor(rows[limit - 1]["id"]) if len(rows) > limit else None
         return rows[:limit], next_cursor
 
@@ -217,7 +232,7 @@ class JobService:
             current = None if done is not None else await self.repo.job_get(conn, job_id=job_id)
             return done, current
 
-        done, current = await self._in_transaction(work)
+        done, current = await self._run(work)
         if done is not None:
             return done
         if current is None:
@@ -240,7 +255,7 @@ class JobService:
             current = None if done is not None else await self.repo.job_get(conn, job_id=job_id)
             return done, current
 
-        done, current = await self._in_transaction(work)
+        done, current = await self._run(work)
         if done is not None:
             self.announce(done["queue"], 1)
             return done
@@ -264,7 +279,8 @@ class JobService:
         """Leases up to ``max_jobs`` due jobs; with ``wait_seconds``, long-polls until one comes.
 
         A waiting claim holds no database connection: it parks in the hub and re-runs the claim
-        statement when woken, or at least every backstop interval in case a wake-up was lost.
+        statement when woken: by an announcement, or by the backstop that checks its queues at
+        least every second in case an announcement was lost.
         It answers an empty list when the wait ends, when ``stop`` is set (the client went away)
         or when the instance shuts down.
         """
@@ -279,7 +295,7 @@ class JobService:
             )
 
         if wait_seconds <= 0 or self.hub.closed:
-            return await self._in_transaction(work)
+            return await self._run(work)
 
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_seconds
@@ -290,14 +306,15 @@ class JobService:
             while True:
                 if stop.is_set():
                     return []
-                jobs = await self._in_transaction(work)
+                jobs = await self._run(work)
                 if jobs:
                     return jobs
                 remaining = deadline - loop.time()
                 if remaining <= 0 or self.hub.closed:
                     return []
-                backstop = self.settings.longpoll_backstop_seconds * random.uniform(0.8, 1.0)
-                await _wait_either(waiter.event, stop, seconds=min(remaining, backstop))
+                # Woken by an announcement, by the instance's once-a-second backstop check
+                # (app/wakeup/backstop.py), by the client leaving, or by the deadline.
+                await _wait_either(waiter.event, stop, seconds=remaining)
                 if self.hub.closed:
                     return []
                 self.hub.rearm(waiter)
@@ -321,7 +338,7 @@ class JobService:
             outcomes: list[LeaseOutcome] = await operation(conn, worker_id=worker_id, items=items)
             return outcomes
 
-        outcomes = await self._in_transaction(work)
+        outcomes = await self._run(work)
         due = Counter(o.queue for o in outcomes if o.claimable_now and o.queue is not None)
         for queue, count in due.items():
             self.announce(queue, count)
@@ -333,22 +350,22 @@ class JobService:
         async def work(conn: AsyncConnection) -> JobRow:
             return await self.repo.queue_set_paused(conn, name=name, paused=paused)
 
-        row = await self._in_transaction(work)
+        row = await self._run(work)
         if not paused:
             self.announce(name, RESUME_WAKE_COUNT)
         return row
 
     async def queue_stats(self) -> list[JobRow]:
         """Counts per queue and state."""
-        return await self._in_transaction(self.repo.queue_stats)
+        return await self._run(self.repo.queue_stats)
 
     async def workers(self) -> list[JobRow]:
         """Workers holding leases now."""
-        return await self._in_transaction(self.repo.worker_list)
+        return await self._run(self.repo.worker_list)
 
     async def ping(self) -> None:
         """Fails when the database does not answer."""
-        await self._in_transaction(self.repo.health_ping)
+        await self._run(self.repo.health_ping)
 
 
 class _Retry(Exception):

@@ -90,7 +90,7 @@ class ControlChannel:
 
     async def stop(self) -> None:
         """Sends what is buffered, then closes the connection (which frees the leader lock)."""
-        for task in (self._task, self._flush_task):
+        for task in (self._task, self._flush_task):  # a cancelled flush leaves _pending intact
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -108,11 +108,14 @@ class ControlChannel:
         self.hub.notify(queue, count)
         self._pending[queue] = self._pending.get(queue, 0) + count
         if self._flush_task is None or self._flush_task.done():
-            self._flush_task = asyncio.create_task(self._flush_later(), name="jobq-notify")
+            # Leading edge: the first announcement goes out at once; those that arrive while it
+            # is being sent, or within the window after it, go out together in the next one.
+            self._flush_task = asyncio.create_task(self._flush_then_hold(), name="jobq-notify")
 
-    async def _flush_later(self) -> None:
-        await asyncio.sleep(self.coalesce_window)
-        await self._flush()
+    async def _flush_then_hold(self) -> None:
+        while self._pending:
+            await self._flush()
+            await asyncio.sleep(self.coalesce_window)
 
     async def _flush(self) -> None:
         pending, self._pending = self._pending, {}

@@ -48,6 +48,10 @@ class WaiterHub:
         """How many distinct waiters are registered now."""
         return len({id(w) for q in self._by_queue.values() for w in q})
 
+    def waiting_queues(self) -> list[str]:
+        """The queues that have parked waiters not yet woken."""
+        return [q for q, ws in self._by_queue.items() if any(not w.woken for w in ws)]
+
     def register(self, queues: Iterable[str]) -> Waiter:
         """Parks a waiter on these queues (before its claim attempt, so no wake-up is missed)."""
         waiter = Waiter(frozenset(queues), next(self._seq))

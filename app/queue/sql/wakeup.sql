@@ -13,3 +13,13 @@ WHERE status = 'pending' AND run_at > COALESCE(CAST(:since AS timestamptz), now(
 GROUP BY queue
 UNION ALL
 SELECT NULL, 0, now();
+
+-- name: job_due_in_queues
+-- Counts (up to :cap) due pending jobs in each of the given unpaused queues, for the long-poll backstop.
+SELECT q.name AS queue,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM jobs j
+            WHERE j.queue = q.name AND j.status = 'pending' AND j.run_at <= now()
+            LIMIT :cap) due_rows) AS due
+FROM unnest(CAST(:queues AS text[])) AS q(name)
+WHERE NOT EXISTS (SELECT 1 FROM queues p WHERE p.name = q.name AND p.paused);
