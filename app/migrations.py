@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from alembic.config import Config
-
 from alembic import command
+from alembic.config import Config
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 

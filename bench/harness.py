@@ -90,7 +90,7 @@ async def jobq_serve(url: str, **env: str) -> AsyncIterator[str]:
     port = free_port()
     environment = {**os.environ, "DATABASE_URL": url, **env}
     log = tempfile.NamedTemporaryFile(prefix="jobq-bench-", suffix=".log", delete=False)  # noqa: SIM115
-    process = subprocess.Popen(
+    process = subprocess.Popen(  # noqa: ASYNC220 - once per benchmark, before timing
         [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--log-level", "warning"],
         cwd=ROOT,
         env=environment,
