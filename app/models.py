@@ -35,6 +35,8 @@ jobs = Table(
     Column("worker_id", Text, nullable=True),
     Column("lease_expires_at", DateTime(timezone=True), nullable=True),
     Column("lease_seconds", Integer, nullable=False),
+    # Maximum run time of one attempt; heartbeats cannot extend a lease past it.
+    Column("timeout_seconds", Integer, nullable=True),
     Column("idempotency_key", Text, nullable=True),
     # Fingerprint of the enqueue request, to tell a replay from a reuse of the key.
     Column("idempotency_hash", Text, nullable=True),
@@ -54,6 +56,7 @@ jobs = Table(
     CheckConstraint("attempts >= 0", name="attempts"),
     CheckConstraint("max_attempts >= 1", name="max_attempts"),
     CheckConstraint("lease_seconds BETWEEN 1 AND 43200", name="lease_seconds"),
+    CheckConstraint("timeout_seconds BETWEEN 1 AND 604800", name="timeout_seconds"),
     # Claim walks this index in claim order, one queue at a time; it holds only claimable rows,
     # so its size follows the backlog, not the history.
     Index(

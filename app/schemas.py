@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    StringConstraints,
+    model_validator,
+)
 
 from app.queue.states import VisibleStatus
 
@@ -25,6 +35,30 @@ WorkerId = Annotated[str, StringConstraints(min_length=1, max_length=255)]
 IdempotencyKey = Annotated[str, StringConstraints(min_length=1, max_length=255)]
 JobId = Annotated[int, Field(ge=1, le=MAX_BIGINT)]
 LeaseSeconds = Annotated[int, Field(ge=1, le=43200, description="Lease length, 1 s to 12 h.")]
+
+MAX_CHECKPOINT_BYTES = 256 * 1024
+MAX_PROGRESS_BYTES = 16 * 1024
+
+
+def _json_size_at_most(limit: int) -> Callable[[Any], Any]:
+    def check(value: Any) -> Any:
+        if value is not None and len(json.dumps(value, separators=(",", ":"))) > limit:
+            raise ValueError(f"must be at most {limit} bytes of JSON")
+        return value
+
+    return check
+
+
+Checkpoint = Annotated[
+    JsonValue,
+    AfterValidator(_json_size_at_most(MAX_CHECKPOINT_BYTES)),
+    Field(description="Any JSON, at most 256 KiB; saved under the lease check."),
+]
+Progress = Annotated[
+    JsonValue,
+    AfterValidator(_json_size_at_most(MAX_PROGRESS_BYTES)),
+    Field(description='Any JSON, at most 16 KiB, e.g. {"done": 8, "total": 20}.'),
+]
 
 
 class StrictModel(BaseModel):
@@ -57,6 +91,13 @@ class EnqueueRequest(StrictModel):
     idempotency_key: IdempotencyKey | None = Field(
         default=None, description="Per queue; may also come as the Idempotency-Key header."
     )
+    timeout_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        le=604800,
+        description="Maximum run time of one attempt; heartbeats cannot extend a lease past it, "
+        "and the attempt then counts as failed.",
+    )
 
     @model_validator(mode="after")
     def _one_schedule(self) -> EnqueueRequest:
@@ -84,6 +125,7 @@ class Job(BaseModel):
     max_attempts: int
     run_at: datetime
     lease_seconds: int
+    timeout_seconds: int | None
     idempotency_key: str | None
     lease_id: uuid.UUID | None
     worker_id: str | None
@@ -154,8 +196,8 @@ class HeartbeatItem(LeaseRef):
     """Extends one lease; ``checkpoint`` and ``progress`` (any JSON) are saved with it when present."""
 
     lease_seconds: LeaseSeconds | None = None
-    checkpoint: JsonValue = None
-    progress: JsonValue = None
+    checkpoint: Checkpoint = None
+    progress: Progress = None
 
 
 class CompleteItem(LeaseRef):
@@ -172,14 +214,14 @@ class FailItem(LeaseRef):
     retry_after_seconds: float | None = Field(
         default=None, ge=0, le=THIRTY_DAYS_SECONDS, allow_inf_nan=False
     )
-    checkpoint: JsonValue = None
+    checkpoint: Checkpoint = None
 
 
 class ReleaseItem(LeaseRef):
     """Gives one held job back without charging the attempt."""
 
     delay_seconds: float = Field(default=0, ge=0, le=THIRTY_DAYS_SECONDS, allow_inf_nan=False)
-    checkpoint: JsonValue = None
+    checkpoint: Checkpoint = None
 
 
 class HeartbeatRequest(StrictModel):
@@ -218,6 +260,9 @@ class LeaseResult(BaseModel):
     status: str | None = Field(default=None, description="The job's state after the call.")
     error: Literal["lease_lost"] | None = None
     cancelled: bool = Field(default=False, description="The job was cancelled under this lease.")
+    timed_out: bool = Field(
+        default=False, description="The attempt ran past the job's timeout_seconds."
+    )
     lease_expires_at: datetime | None = None
     run_at: datetime | None = None
 

@@ -38,6 +38,7 @@ def _results(outcomes: Sequence[LeaseOutcome]) -> LeaseResults:
                 status=o.status,
                 error=None if o.ok else "lease_lost",
                 cancelled=o.cancelled,
+                timed_out=o.timed_out,
                 lease_expires_at=o.lease_expires_at,
                 run_at=o.run_at,
             )

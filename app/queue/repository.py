@@ -56,6 +56,7 @@ class LeaseOutcome:
     run_at: datetime | None = None
     queue: str | None = None
     claimable_now: bool = False
+    timed_out: bool = False
 
     @property
     def ok(self) -> bool:
@@ -166,6 +167,7 @@ class Repository:
                 run_at=row.get("run_at"),
                 queue=row.get("queue"),
                 claimable_now=bool(row.get("claimable_now")),
+                timed_out=bool(row.get("timed_out")),
             )
             for row in result.mappings().all()
         ]

@@ -118,6 +118,7 @@ class JobService:
             "priority": request.priority,
             "max_attempts": request.max_attempts or self.settings.max_attempts_default,
             "lease_seconds": request.lease_seconds or self.settings.lease_seconds_default,
+            "timeout_seconds": request.timeout_seconds,
             "run_at": run_at.isoformat() if run_at is not None else None,
             "delay_seconds": request.delay_seconds,
             "idempotency_key": request.idempotency_key,

@@ -66,3 +66,17 @@ def test_async_url_normalises_drivers() -> None:
     assert async_url("postgresql+psycopg://u@h/db").drivername == "postgresql+asyncpg"
     with pytest.raises(ValueError):
         async_url("mysql://u@h/db")
+
+
+def test_checkpoint_size_limit() -> None:
+    import uuid
+
+    from pydantic import ValidationError
+
+    from app.schemas import MAX_CHECKPOINT_BYTES, HeartbeatItem
+
+    ref = {"job_id": 1, "lease_id": str(uuid.uuid4())}
+    assert HeartbeatItem.model_validate({**ref, "checkpoint": {"a": "x" * 1000}})
+    with pytest.raises(ValidationError) as info:
+        HeartbeatItem.model_validate({**ref, "checkpoint": "x" * MAX_CHECKPOINT_BYTES})
+    assert info.value.errors()[0]["loc"] == ("checkpoint",)

@@ -10,8 +10,8 @@ WITH items AS MATERIALIZED (
     FROM jsonb_array_elements(CAST(:items AS jsonb)) WITH ORDINALITY AS t(item, ord)
 ),
 inserted AS (
-    INSERT INTO jobs (id, queue, type, payload, priority, max_attempts, lease_seconds, run_at,
-                      idempotency_key, idempotency_hash)
+    INSERT INTO jobs (id, queue, type, payload, priority, max_attempts, lease_seconds,
+                      timeout_seconds, run_at, idempotency_key, idempotency_hash)
     OVERRIDING SYSTEM VALUE
     SELECT new_id,
            item->>'queue',
@@ -20,6 +20,7 @@ inserted AS (
            (item->>'priority')::int,
            (item->>'max_attempts')::int,
            (item->>'lease_seconds')::int,
+           (item->>'timeout_seconds')::int,
            COALESCE((item->>'run_at')::timestamptz,
                     now() + make_interval(secs => COALESCE((item->>'delay_seconds')::float8, 0))),
            item->>'idempotency_key',
@@ -71,7 +72,9 @@ SET status = 'running',
     attempts = j.attempts + 1,
     lease_id = gen_random_uuid(),
     worker_id = :worker_id,
-    lease_expires_at = now() + make_interval(secs => COALESCE(CAST(:lease_seconds AS int), j.lease_seconds)),
+    lease_expires_at = now() + make_interval(secs => LEAST(
+        COALESCE(CAST(:lease_seconds AS int), j.lease_seconds),
+        COALESCE(j.timeout_seconds, 2147483647))),
     started_at = now(),
     updated_at = now()
 FROM picked
@@ -93,7 +96,10 @@ WITH items AS MATERIALIZED (
 ),
 updated AS (
     UPDATE jobs j
-    SET lease_expires_at = now() + make_interval(secs => COALESCE(i.lease_seconds, j.lease_seconds)),
+    -- Never past the attempt's maximum run time: a stuck worker cannot heartbeat forever.
+    SET lease_expires_at = LEAST(
+            now() + make_interval(secs => COALESCE(i.lease_seconds, j.lease_seconds)),
+            j.started_at + make_interval(secs => j.timeout_seconds)),
         checkpoint = CASE WHEN i.has_checkpoint THEN i.checkpoint ELSE j.checkpoint END,
         checkpoint_at = CASE WHEN i.has_checkpoint THEN now() ELSE j.checkpoint_at END,
         progress = CASE WHEN i.has_progress THEN i.progress ELSE j.progress END,
@@ -101,10 +107,15 @@ updated AS (
     FROM items i
     WHERE j.id = i.job_id AND j.lease_id = i.lease_id
       AND j.status = 'running' AND j.worker_id = :worker_id
+      AND (j.timeout_seconds IS NULL
+           OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
     RETURNING j.id, j.lease_id, j.status, j.lease_expires_at
 )
 SELECT i.ord, i.job_id, u.status, u.lease_expires_at,
-       COALESCE(cur.status = 'cancelled' AND cur.lease_id = i.lease_id, false) AS cancelled
+       COALESCE(cur.status = 'cancelled' AND cur.lease_id = i.lease_id, false) AS cancelled,
+       COALESCE(u.id IS NULL AND cur.status = 'running' AND cur.lease_id = i.lease_id
+                AND now() >= cur.started_at + make_interval(secs => cur.timeout_seconds),
+                false) AS timed_out
 FROM items i
 LEFT JOIN updated u ON u.id = i.job_id AND u.lease_id = i.lease_id
 LEFT JOIN jobs cur ON cur.id = i.job_id
@@ -248,14 +259,21 @@ WHERE id = :id AND status IN ('dead', 'cancelled', 'succeeded')
 RETURNING *, now() AS db_now;
 
 -- name: job_reap
--- Moves at most :batch_size running jobs whose lease expired back to pending after a backoff, or to dead on the last attempt.
+-- Moves at most :batch_size running jobs whose lease expired (or whose run time passed timeout_seconds) back to pending after a backoff, or to dead on the last attempt.
 WITH expired AS MATERIALIZED (
-    SELECT id
+    SELECT id,
+           timeout_seconds IS NOT NULL
+               AND now() >= started_at + make_interval(secs => timeout_seconds) AS timed_out
     FROM jobs
     WHERE status = 'running' AND lease_expires_at < now()
     ORDER BY lease_expires_at
     LIMIT :batch_size
     FOR UPDATE SKIP LOCKED
+),
+reasons AS (
+    SELECT id, timed_out,
+           CASE WHEN timed_out THEN 'timed out' ELSE 'lease expired' END AS reason
+    FROM expired
 )
 UPDATE jobs j
 SET status = CASE WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
@@ -264,18 +282,19 @@ SET status = CASE WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' EN
                                             CAST(:backoff_cap AS float8))
                   ELSE j.run_at END,
     finished_at = CASE WHEN j.attempts < j.max_attempts THEN NULL ELSE now() END,
-    last_error = 'lease expired',
+    last_error = r.reason,
     errors = jobq_errors_append(
         j.errors,
-        jsonb_build_object('attempt', j.attempts, 'at', now(), 'error', 'lease expired',
-                           'worker_id', j.worker_id, 'kind', 'lease_expired'),
+        jsonb_build_object('attempt', j.attempts, 'at', now(), 'error', r.reason,
+                           'worker_id', j.worker_id,
+                           'kind', CASE WHEN r.timed_out THEN 'timed_out' ELSE 'lease_expired' END),
         CAST(:errors_kept AS int)),
     -- The lease is void: clearing it keeps a late fail / release from passing as a replay.
     lease_id = NULL,
     lease_expires_at = NULL,
     updated_at = now()
-FROM expired
-WHERE j.id = expired.id AND j.status = 'running' AND j.lease_expires_at < now()
+FROM reasons r
+WHERE j.id = r.id AND j.status = 'running' AND j.lease_expires_at < now()
 RETURNING j.id, j.queue, j.status;
 
 -- name: queue_set_paused
