@@ -79,7 +79,9 @@ async def claim(body: ClaimRequest, service: Service, request: Request) -> Claim
     With ``wait_seconds`` > 0 the call long-polls: it answers as soon as a job it can take
     exists, or with an empty list when the wait ends (or the instance shuts down).
     """
-    async with _client_gone(request) as gone:
+    async with contextlib.AsyncExitStack() as stack:
+        # Only a claim that may wait needs to notice the client leaving.
+        gone = await stack.enter_async_context(_client_gone(request)) if body.wait_seconds else None
         rows = await service.claim(
             worker_id=body.worker_id,
             queues=body.queues,
