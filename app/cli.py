@@ -1,4 +1,4 @@
-"""The ``jobq`` command: ``serve``, ``migrate`` and ``openapi``."""
+"""The ``jobq`` command: ``serve``, ``migrate``, ``openapi`` and ``worker``."""
 
 from __future__ import annotations
 
@@ -65,6 +65,12 @@ def _openapi(_: argparse.Namespace) -> int:
     return 0
 
 
+def _worker(args: argparse.Namespace) -> int:
+    from jobq_client.cli import run_worker
+
+    return run_worker(args.target, args.url)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command-line parser."""
     parser = argparse.ArgumentParser(prog="jobq", description="HTTP job queue on PostgreSQL")
@@ -82,12 +88,20 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.set_defaults(func=_migrate)
     openapi = sub.add_parser("openapi", help="print the OpenAPI document")
     openapi.set_defaults(func=_openapi)
+    worker = sub.add_parser(
+        "worker", help="run a jobq_client Worker (module:attr) until SIGTERM / SIGINT"
+    )
+    from jobq_client.cli import build_parser as build_worker_parser
+
+    build_worker_parser(worker)
+    worker.set_defaults(func=_worker)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``jobq`` console script."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)  # one line per plugin
     args = build_parser().parse_args(argv)
     code: int = args.func(args)
     return code
