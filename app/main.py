@@ -15,6 +15,7 @@ from app.api.limits import BodyLimit
 from app.db import async_url, create_engine
 from app.errors import install_error_handlers
 from app.maintenance.promoter import Promoter, PromoterConfig
+from app.maintenance.pruner import Pruner, PrunerConfig
 from app.maintenance.reaper import Reaper, ReaperConfig
 from app.maintenance.runner import MaintenanceRunner
 from app.queue.repository import BackoffPolicy, Repository
@@ -111,6 +112,16 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
                     repository=repository,
                     announce=announce,
                     config=PromoterConfig(interval_seconds=settings.promoter_interval_seconds),
+                ),
+                Pruner(
+                    engine=engine,
+                    repository=repository,
+                    config=PrunerConfig(
+                        interval_seconds=settings.pruner_interval_seconds,
+                        succeeded_seconds=settings.retention_succeeded_seconds,
+                        cancelled_seconds=settings.retention_cancelled_seconds,
+                        dead_seconds=settings.retention_dead_seconds,
+                    ),
                 ),
             ],
         )

@@ -82,6 +82,12 @@ jobs = Table(
     ),
     # The promoter's scan: pending jobs by due time, to announce delayed jobs as they come due.
     Index("ix_jobs_pending_run_at", "run_at", postgresql_where=text("status = 'pending'")),
+    # The pruner's scan: finished jobs by age.
+    Index(
+        "ix_jobs_finished_at",
+        "finished_at",
+        postgresql_where=text("status IN ('succeeded', 'cancelled', 'dead')"),
+    ),
     # Listing and counting per queue and state.
     Index("ix_jobs_queue_status_id", "queue", "status", "id"),
 )

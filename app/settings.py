@@ -46,6 +46,11 @@ class Settings(BaseSettings):
     )
     promoter_interval_seconds: float = Field(default=0.05, gt=0, le=10)
 
+    retention_succeeded_seconds: float = Field(default=7 * 24 * 3600, ge=0)
+    retention_cancelled_seconds: float = Field(default=7 * 24 * 3600, ge=0)
+    retention_dead_seconds: float = Field(default=30 * 24 * 3600, ge=0)
+    pruner_interval_seconds: float = Field(default=60, gt=0)
+
     maintenance_enabled: bool = True
     reaper_interval_seconds: float = Field(default=1.0, gt=0)
     reaper_batch_size: int = Field(default=500, ge=1, le=10000)

@@ -215,6 +215,27 @@ class Repository:
         result = await conn.execute(statement("job_reap").clause, params)
         return list(result.mappings().all())
 
+    async def job_prune(
+        self,
+        conn: AsyncConnection,
+        *,
+        batch_size: int,
+        succeeded_seconds: float,
+        cancelled_seconds: float,
+        dead_seconds: float,
+    ) -> int:
+        """Deletes at most ``batch_size`` finished jobs past retention; answers how many."""
+        result = await conn.execute(
+            statement("job_prune").clause,
+            {
+                "batch_size": batch_size,
+                "succeeded_seconds": succeeded_seconds,
+                "cancelled_seconds": cancelled_seconds,
+                "dead_seconds": dead_seconds,
+            },
+        )
+        return len(result.all())
+
     async def queue_set_paused(self, conn: AsyncConnection, *, name: str, paused: bool) -> JobRow:
         """Pauses or resumes a queue."""
         result = await conn.execute(

@@ -362,3 +362,22 @@ SELECT 1 AS alive;
 -- name: health_ping
 -- Confirms the database answers.
 SELECT 1 AS alive;
+
+-- name: job_prune
+-- Deletes at most :batch_size finished jobs whose retention has passed (succeeded, cancelled, dead each have their own).
+WITH doomed AS MATERIALIZED (
+    SELECT id
+    FROM jobs
+    WHERE status IN ('succeeded', 'cancelled', 'dead')
+      AND finished_at < now() - make_interval(secs => CASE status
+              WHEN 'succeeded' THEN CAST(:succeeded_seconds AS float8)
+              WHEN 'cancelled' THEN CAST(:cancelled_seconds AS float8)
+              ELSE CAST(:dead_seconds AS float8) END)
+    ORDER BY finished_at
+    LIMIT :batch_size
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM jobs j
+USING doomed
+WHERE j.id = doomed.id AND j.status IN ('succeeded', 'cancelled', 'dead')
+RETURNING j.id;
