@@ -1,0 +1,242 @@
+"""``Client``: the producer, query and raw worker-protocol calls of the jobq HTTP API over httpx."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Self
+
+import httpx
+
+from jobq_client.errors import JobqError
+
+DEFAULT_BASE_URL = "http://127.0.0.1:8000"
+USER_AGENT = "jobq-client/0.1"
+
+
+def _jsonable_time(value: datetime | str) -> str:
+    """An ISO 8601 string for a ``run_at`` (a datetime without zone is read as UTC by the service)."""
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
+def _problem_of(response: httpx.Response) -> dict[str, Any]:
+    """The problem+json body of an error answer, or one made up from the status line and text."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        return {"status": response.status_code, **body}
+    return {
+        "status": response.status_code,
+        "title": response.reason_phrase or "Error",
+        "detail": response.text[:1000],
+    }
+
+
+class Client:
+    """An async client of the jobq API: enqueue, read, cancel, retry, and the lease calls.
+
+    Every error answer raises :class:`JobqError` with the service's problem details; transport
+    failures raise httpx's own ``httpx.TransportError`` subclasses unchanged.
+    """
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_BASE_URL,
+        *,
+        timeout: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url
+        self.timeout = timeout
+        self._http = httpx.AsyncClient(
+            base_url=base_url,
+            timeout=timeout,
+            transport=transport,
+            headers={"user-agent": USER_AGENT},
+        )
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Closes the connection pool."""
+        await self._http.aclose()
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, Any] | None = None,
+        request_timeout: httpx.Timeout | None = None,
+    ) -> Any:
+        """Sends one request; answers the decoded JSON body or raises :class:`JobqError`."""
+        response = await self._http.request(
+            method,
+            path,
+            json=json,
+            params={k: v for k, v in (params or {}).items() if v is not None} or None,
+            timeout=request_timeout if request_timeout is not None else httpx.USE_CLIENT_DEFAULT,
+        )
+        if response.status_code >= 400:
+            raise JobqError(response.status_code, _problem_of(response))
+        return response.json()
+
+    # -- producers -------------------------------------------------------------------------
+
+    async def enqueue(
+        self,
+        type: str,
+        payload: Any = None,
+        *,
+        queue: str = "default",
+        priority: int = 0,
+        delay_seconds: float | None = None,
+        run_at: datetime | str | None = None,
+        max_attempts: int | None = None,
+        lease_seconds: int | None = None,
+        timeout_seconds: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> dict[str, Any]:
+        """Enqueues one job; answers it (an idempotent replay answers the job it first created)."""
+        body: dict[str, Any] = {
+            "queue": queue,
+            "type": type,
+            "payload": payload,
+            "priority": priority,
+        }
+        optional: dict[str, Any] = {
+            "delay_seconds": delay_seconds,
+            "run_at": None if run_at is None else _jsonable_time(run_at),
+            "max_attempts": max_attempts,
+            "lease_seconds": lease_seconds,
+            "timeout_seconds": timeout_seconds,
+            "idempotency_key": idempotency_key,
+        }
+        body.update({k: v for k, v in optional.items() if v is not None})
+        job: dict[str, Any] = await self._call("POST", "/v1/jobs", json=body)
+        return job
+
+    async def enqueue_batch(self, jobs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Enqueues many jobs in one transaction (all or nothing); answers them in order."""
+        items = [
+            {**job, "run_at": _jsonable_time(job["run_at"])}
+            if isinstance(job.get("run_at"), datetime)
+            else dict(job)
+            for job in jobs
+        ]
+        answer = await self._call("POST", "/v1/jobs/batch", json={"jobs": items})
+        created: list[dict[str, Any]] = answer["jobs"]
+        return created
+
+    async def get_job(self, job_id: int) -> dict[str, Any]:
+        """One job by id (404 raises :class:`JobqError`)."""
+        job: dict[str, Any] = await self._call("GET", f"/v1/jobs/{int(job_id)}")
+        return job
+
+    async def list_jobs(
+        self,
+        *,
+        queue: str | None = None,
+        status: str | None = None,
+        type: str | None = None,
+        limit: int = 50,
+        after: str | None = None,
+    ) -> dict[str, Any]:
+        """One page of jobs, newest first: ``{"jobs": [...], "next_cursor": str | None}``."""
+        params = {"queue": queue, "status": status, "type": type, "limit": limit, "after": after}
+        page: dict[str, Any] = await self._call("GET", "/v1/jobs", params=params)
+        return page
+
+    async def cancel(self, job_id: int) -> dict[str, Any]:
+        """Cancels a pending or running job; answers it (409 when its state does not allow it)."""
+        job: dict[str, Any] = await self._call("POST", f"/v1/jobs/{int(job_id)}/cancel")
+        return job
+
+    async def retry(self, job_id: int) -> dict[str, Any]:
+        """Moves a dead, cancelled or succeeded job back to pending; answers it."""
+        job: dict[str, Any] = await self._call("POST", f"/v1/jobs/{int(job_id)}/retry")
+        return job
+
+    # -- worker protocol -------------------------------------------------------------------
+
+    async def claim(
+        self,
+        worker_id: str,
+        queues: Sequence[str],
+        *,
+        max_jobs: int = 1,
+        lease_seconds: int | None = None,
+        wait_seconds: float = 0,
+    ) -> list[dict[str, Any]]:
+        """Leases up to ``max_jobs`` due jobs, long-polling up to ``wait_seconds`` when none is due."""
+        body: dict[str, Any] = {
+            "worker_id": worker_id,
+            "queues": list(queues),
+            "max_jobs": max_jobs,
+            "wait_seconds": wait_seconds,
+        }
+        if lease_seconds is not None:
+            body["lease_seconds"] = lease_seconds
+        # The answer may legitimately take the whole wait: read for that long plus the usual.
+        timeout = httpx.Timeout(self.timeout, read=self.timeout + max(0.0, wait_seconds))
+        answer = await self._call("POST", "/v1/claim", json=body, request_timeout=timeout)
+        jobs: list[dict[str, Any]] = answer["jobs"]
+        return jobs
+
+    async def _lease_call(
+        self, operation: str, worker_id: str, leases: Sequence[Mapping[str, Any]]
+    ) -> list[dict[str, Any]]:
+        body = {"worker_id": worker_id, "leases": [dict(item) for item in leases]}
+        answer = await self._call("POST", f"/v1/{operation}", json=body)
+        results: list[dict[str, Any]] = answer["results"]
+        return results
+
+    async def heartbeat(
+        self, worker_id: str, leases: Sequence[Mapping[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """Extends held leases, saving any ``checkpoint`` / ``progress``; answers one result per item.
+
+        Items: ``job_id``, ``lease_id``, optional ``lease_seconds``, ``checkpoint``, ``progress``.
+        A result ``{"ok": false, "error": "lease_lost"}`` (``"cancelled": true`` when the job was
+        cancelled) means the caller must stop working on that job.
+        """
+        return await self._lease_call("heartbeat", worker_id, leases)
+
+    async def complete(
+        self, worker_id: str, leases: Sequence[Mapping[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """Completes held jobs (items: ``job_id``, ``lease_id``, optional ``result``); per item."""
+        return await self._lease_call("complete", worker_id, leases)
+
+    async def fail(
+        self, worker_id: str, leases: Sequence[Mapping[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """Fails the attempts of held jobs: retried after a backoff, or dead; answers per item.
+
+        Items: ``job_id``, ``lease_id``, ``error``, ``retryable`` (default true), optional
+        ``retry_after_seconds``.
+        """
+        return await self._lease_call("fail", worker_id, leases)
+
+    async def release(
+        self, worker_id: str, leases: Sequence[Mapping[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """Gives held jobs back to pending without charging the attempt; answers per item.
+
+        Items: ``job_id``, ``lease_id``, optional ``checkpoint`` (replaces the saved one; left out,
+        the saved one is kept) and ``delay_seconds``.
+        """
+        return await self._lease_call("release", worker_id, leases)

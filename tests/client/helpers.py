@@ -1,0 +1,149 @@
+"""Helpers for the client's integration tests: the in-process service, running workers, polling."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from asgi_lifespan import LifespanManager
+from fastapi import FastAPI
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.main import create_app
+from app.maintenance.reaper import Reaper, ReaperConfig
+from app.settings import Settings
+from jobq_client import Client, Worker
+
+BASE_URL = "http://jobq.test"
+
+
+class RecordingTransport(httpx.AsyncBaseTransport):
+    """Passes requests on to the app, remembering each one's path and JSON body."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self.inner = inner
+        self.calls: list[tuple[str, Any]] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        body = request.content
+        self.calls.append((request.url.path, json.loads(body) if body else None))
+        return await self.inner.handle_async_request(request)
+
+    def items(self, path: str, job_id: int | None = None) -> list[dict[str, Any]]:
+        """The lease items sent to ``path``, for one job when ``job_id`` is given."""
+        return [
+            item
+            for p, body in self.calls
+            if p == path
+            for item in body["leases"]
+            if job_id is None or item["job_id"] == job_id
+        ]
+
+    def count(self, path: str) -> int:
+        """How many requests went to ``path``."""
+        return sum(1 for p, _ in self.calls if p == path)
+
+
+@dataclass
+class Service:
+    """An in-process jobq app inside its lifespan, reachable through ASGI transports."""
+
+    app: FastAPI
+    transports: list[RecordingTransport] = field(default_factory=list)
+
+    def transport(self) -> RecordingTransport:
+        """A new recording transport into the app (one per worker, to tell their calls apart)."""
+        recording = RecordingTransport(httpx.ASGITransport(app=self.app))
+        self.transports.append(recording)
+        return recording
+
+    def client(self) -> Client:
+        """A client of the app."""
+        return Client(BASE_URL, transport=self.transport())
+
+    def worker(self, **options: Any) -> tuple[Worker, RecordingTransport]:
+        """A worker on the app, with the transport that records its calls."""
+        transport = self.transport()
+        return Worker(BASE_URL, transport=transport, **options), transport
+
+    async def expire_and_reap(self, engine: AsyncEngine, job_id: int) -> None:
+        """Backdates the job's lease, runs the reaper once, and makes the job due at once."""
+        async with engine.begin() as conn:
+            await conn.execute(
+                text(
+                    "UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = :id"
+                ),
+                {"id": job_id},
+            )
+        service = self.app.state.service
+        counts = await Reaper(
+            engine=service.engine, repository=service.repo, config=ReaperConfig()
+        ).run_once()
+        assert counts.retried == 1, counts
+        async with engine.begin() as conn:
+            await conn.execute(
+                text("UPDATE jobs SET run_at = now() WHERE id = :id"), {"id": job_id}
+            )
+
+
+@asynccontextmanager
+async def running_service(database_url: str, **overrides: Any) -> AsyncIterator[Service]:
+    """The app on the test database (maintenance off unless asked for) for the span of the block."""
+    settings = {"database_url": database_url, "maintenance_enabled": False, **overrides}
+    app = create_app(Settings(**settings))
+    async with LifespanManager(app):
+        yield Service(app=app)
+
+
+class RunningWorker:
+    """A worker's ``run()`` in a task for the span of an ``async with``; stopped and awaited after."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> RunningWorker:
+        self.task = asyncio.create_task(
+            self.worker.run(install_signal_handlers=False), name=f"run-{self.worker.worker_id}"
+        )
+        return self
+
+    async def stop(self, within: float = 10.0) -> None:
+        """Asks for a graceful stop and waits for ``run()`` to return."""
+        assert self.task is not None
+        self.worker.stop()
+        await asyncio.wait_for(asyncio.shield(self.task), within)
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.task is not None
+        if not self.task.done():
+            self.worker.stop()
+            self.worker.stop()  # the test is over: no grace period
+        await asyncio.wait_for(self.task, 15)
+
+
+async def eventually(
+    condition: Callable[[], Awaitable[bool]] | Callable[[], bool],
+    *,
+    within: float,
+    what: str,
+    interval: float = 0.05,
+) -> None:
+    """Checks ``condition`` every ``interval`` seconds until it holds; fails after ``within`` s."""
+    deadline = time.monotonic() + within
+    while True:
+        outcome = condition()
+        if not isinstance(outcome, bool):
+            outcome = await outcome
+        if outcome:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {within} s waiting for {what}")
+        await asyncio.sleep(interval)
