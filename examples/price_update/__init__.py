@@ -1,0 +1,1 @@
+"""The bookstore's price-list update as a checkpointed jobq job (see README.md here)."""
