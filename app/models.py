@@ -35,6 +35,8 @@ jobs = Table(
     Column("worker_id", Text, nullable=True),
     Column("lease_expires_at", DateTime(timezone=True), nullable=True),
     Column("lease_seconds", Integer, nullable=False),
+    # The lease length the current claim asked for: what a heartbeat extends by by default.
+    Column("lease_granted_seconds", Integer, nullable=True),
     # Maximum run time of one attempt; heartbeats cannot extend a lease past it.
     Column("timeout_seconds", Integer, nullable=True),
     Column("idempotency_key", Text, nullable=True),

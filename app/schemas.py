@@ -195,7 +195,9 @@ class LeaseRef(StrictModel):
 class HeartbeatItem(LeaseRef):
     """Extends one lease; ``checkpoint`` and ``progress`` (any JSON) are saved with it when present."""
 
-    lease_seconds: LeaseSeconds | None = None
+    lease_seconds: LeaseSeconds | None = Field(
+        default=None, description="Extend to now() + this; default: the lease the claim asked for."
+    )
     checkpoint: Checkpoint = None
     progress: Progress = None
 

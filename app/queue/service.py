@@ -308,6 +308,12 @@ class JobService:
                 if stop.is_set():
                     return []
                 jobs = await self._run(work)
+                if jobs and stop.is_set():
+                    # The client left while the claim ran: nobody will get these leases, so
+                    # hand the jobs straight back (no attempt charged) instead of letting them
+                    # wait out the lease.
+                    await self._give_back(worker_id, jobs)
+                    return []
                 if jobs:
                     return jobs
                 remaining = deadline - loop.time()
@@ -325,6 +331,10 @@ class JobService:
                 # Woken but leaving without claiming: pass the wake-up on to another waiter.
                 for queue in waiter.queues:
                     self.hub.notify(queue, 1)
+
+    async def _give_back(self, worker_id: str, jobs: Sequence[JobRow]) -> None:
+        items = [{"job_id": j["id"], "lease_id": str(j["lease_id"])} for j in jobs]
+        await self.lease_call(self.repo.job_release, worker_id=worker_id, items=items)
 
     async def lease_call(
         self,

@@ -102,3 +102,10 @@ async def test_checkpoint_and_progress_sizes_are_limited(client: httpx.AsyncClie
     )
     assert r.status_code == 422
     assert r.json()["errors"][0]["field"] == "body.leases[0].progress"
+
+
+async def test_heartbeat_extends_by_the_claims_lease_by_default(client: httpx.AsyncClient) -> None:
+    await enqueue(client, lease_seconds=600)
+    [c] = await claim(client, lease_seconds=3)
+    [hb] = await lease_call(client, "heartbeat", "w1", lease(c))
+    assert hb["ok"] and _seconds(hb["lease_expires_at"], c["started_at"]) < 60

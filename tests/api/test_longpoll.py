@@ -284,3 +284,37 @@ async def test_backstop_wakes_only_queues_with_due_jobs(
         await enqueue(client, queue="busy")
         assert await backstop.run_once() == 2
         assert [w.woken for w in busy] == [True, True, False] and not empty.woken
+
+
+async def test_jobs_claimed_as_the_client_leaves_are_given_back(
+    database_url: str, clean_db: AsyncEngine
+) -> None:
+    async with running_app(database_url) as client:
+        app: FastAPI = client.app  # type: ignore[attr-defined]
+        service = app.state.service
+        gone = asyncio.Event()
+        real_claim = service.repo.job_claim
+
+        async def claim_then_client_leaves(*args: Any, **kwargs: Any) -> Any:
+            rows = await real_claim(*args, **kwargs)
+            if rows:
+                gone.set()  # the disconnect lands while the claim statement ran
+            return rows
+
+        service.repo.job_claim = claim_then_client_leaves
+        waiting = asyncio.create_task(
+            service.claim(
+                worker_id="ghost",
+                queues=["lp"],
+                max_jobs=5,
+                lease_seconds=60,
+                wait_seconds=10,
+                stop=gone,
+            )
+        )
+        await poll_until(parked(client), within=5)
+        job = await enqueue(client, queue="lp")
+        assert await asyncio.wait_for(waiting, 5) == []
+        service.repo.job_claim = real_claim
+        [got] = await claim(client, worker="alive", queues=["lp"])
+        assert got["id"] == job["id"] and got["attempt"] == 1

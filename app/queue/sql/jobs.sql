@@ -72,6 +72,7 @@ SET status = 'running',
     attempts = j.attempts + 1,
     lease_id = gen_random_uuid(),
     worker_id = :worker_id,
+    lease_granted_seconds = COALESCE(CAST(:lease_seconds AS int), j.lease_seconds),
     lease_expires_at = now() + make_interval(secs => LEAST(
         COALESCE(CAST(:lease_seconds AS int), j.lease_seconds),
         COALESCE(j.timeout_seconds, 2147483647))),
@@ -98,7 +99,8 @@ updated AS (
     UPDATE jobs j
     -- Never past the attempt's maximum run time: a stuck worker cannot heartbeat forever.
     SET lease_expires_at = LEAST(
-            now() + make_interval(secs => COALESCE(i.lease_seconds, j.lease_seconds)),
+            now() + make_interval(secs => COALESCE(i.lease_seconds, j.lease_granted_seconds,
+                                                   j.lease_seconds)),
             j.started_at + make_interval(secs => j.timeout_seconds)),
         checkpoint = CASE WHEN i.has_checkpoint THEN i.checkpoint ELSE j.checkpoint END,
         checkpoint_at = CASE WHEN i.has_checkpoint THEN now() ELSE j.checkpoint_at END,
