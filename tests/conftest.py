@@ -22,6 +22,12 @@ from sqlalchemy.pool import NullPool
 
 from app.db import async_url
 from app.migrations import upgrade
+from tests.processes import (  # noqa: F401 - fixtures and the report hook, for every test folder
+    jobq_servers,
+    processes,
+    pytest_runtest_makereport,
+    worker_processes,
+)
 
 
 def with_database(url: str, name: str) -> str:

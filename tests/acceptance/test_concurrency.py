@@ -11,8 +11,8 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.acceptance.conftest import JobqServers
 from tests.acceptance.helpers import claim, enqueue_batch, job_rows, lease, lease_call
+from tests.processes import JobqServers
 
 pytestmark = pytest.mark.acceptance
 

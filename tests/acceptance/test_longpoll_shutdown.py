@@ -10,7 +10,7 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.acceptance.conftest import JobqServers
+from tests.processes import JobqServers
 
 pytestmark = pytest.mark.acceptance
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import time
 from datetime import datetime
@@ -12,10 +11,9 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobq_client import Client, JobContext, Worker
-from tests.acceptance.conftest import JobqServers
 from tests.client import chunked_worker
-from tests.client.conftest import WorkerProcesses
 from tests.client.helpers import RunningWorker, eventually
+from tests.processes import JobqServers, WorkerProcesses
 
 pytestmark = pytest.mark.acceptance
 
@@ -56,7 +54,7 @@ async def test_sigterm_releases_the_job_with_its_checkpoint_and_the_next_worker_
         await eventually(released, within=5, what="the job to be released", interval=0.02)
         released_after = time.monotonic() - signalled
         back = await client.get_job(job["id"])
-        exit_code = await asyncio.to_thread(process.wait_exit, 15)
+        exit_code = await process.wait_exit(15)
 
         # A second worker takes it at once and receives the checkpoint.
         second = Worker(server.url, queues=[chunked_worker.QUEUE], lease_seconds=30, wait_seconds=5)

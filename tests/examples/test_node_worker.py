@@ -10,9 +10,8 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.acceptance.conftest import REPO_ROOT, JobqServers
 from tests.acceptance.helpers import poll_until
-from tests.examples.conftest import Children
+from tests.processes import REPO_ROOT, JobqServers, ProcessRegistry
 
 pytestmark = pytest.mark.acceptance
 
@@ -29,7 +28,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 async def test_node_worker_reverses_strings_kills_unknown_types_and_stops_on_sigterm(
-    jobq_servers: JobqServers, clean_db: AsyncEngine, processes: Children, node_binary: str
+    jobq_servers: JobqServers, clean_db: AsyncEngine, processes: ProcessRegistry, node_binary: str
 ) -> None:
     server = await jobq_servers.start()
     # A 20 s long-poll: the worker is parked in a claim when the jobs arrive, and must cut that

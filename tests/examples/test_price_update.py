@@ -27,9 +27,8 @@ from examples.price_update.books import (
 )
 from examples.price_update.worker import JOB_TYPE, raise_prices
 from jobq_client import Client, JobContext
-from tests.acceptance.conftest import JobqServer, JobqServers
 from tests.acceptance.helpers import poll_until
-from tests.examples.conftest import Child, Children
+from tests.processes import ChildProcess, JobqServer, JobqServers, ProcessRegistry
 
 pytestmark = pytest.mark.acceptance
 
@@ -97,8 +96,8 @@ async def assert_every_book_raised_once(dsn: str) -> None:
 
 
 def spawn_worker(
-    processes: Children, server: JobqServer, dsn: str, *, name: str, lease_seconds: int
-) -> Child:
+    processes: ProcessRegistry, server: JobqServer, dsn: str, *, name: str, lease_seconds: int
+) -> ChildProcess:
     """``jobq worker examples.price_update.worker:worker --url ...`` as a child process."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBQ_", "PRICE_UPDATE_"))}
     env.update(
@@ -112,7 +111,7 @@ def spawn_worker(
 
 
 async def test_kill_9_at_40_percent_resumes_from_the_checkpoint_after_the_lease(
-    jobq_servers: JobqServers, clean_db: AsyncEngine, processes: Children, books: str
+    jobq_servers: JobqServers, clean_db: AsyncEngine, processes: ProcessRegistry, books: str
 ) -> None:
     server = await jobq_servers.start(env=SERVER_ENV)
     async with Client(server.url) as client:
@@ -174,7 +173,7 @@ async def test_kill_9_at_40_percent_resumes_from_the_checkpoint_after_the_lease(
 
 
 async def test_sigterm_releases_with_the_checkpoint_and_another_worker_resumes_at_once(
-    jobq_servers: JobqServers, clean_db: AsyncEngine, processes: Children, books: str
+    jobq_servers: JobqServers, clean_db: AsyncEngine, processes: ProcessRegistry, books: str
 ) -> None:
     server = await jobq_servers.start(env=SERVER_ENV)
     async with Client(server.url) as client:
