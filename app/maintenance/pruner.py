@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.maintenance.runner import run_batches
 from app.queue.repository import Repository
 
 PRUNER_INTERVAL_DEFAULT = 60.0
@@ -65,9 +66,4 @@ class Pruner:
 
     async def run_until_drained(self) -> int:
         """Runs batches until one comes back short; answers the jobs deleted."""
-        deleted = 0
-        while True:
-            batch = await self.run_once()
-            deleted += batch
-            if batch < self.config.batch_size:
-                return deleted
+        return await run_batches(self.run_once, batch_size=self.config.batch_size)

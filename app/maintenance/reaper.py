@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.maintenance.runner import run_batches
 from app.queue.repository import Repository
 
 REAPER_INTERVAL_DEFAULT = 1.0
@@ -68,9 +69,8 @@ class Reaper:
 
     async def run_until_drained(self) -> int:
         """Runs batches until one comes back short; answers the jobs moved."""
-        moved = 0
-        while True:
-            counts = await self.run_once()
-            moved += counts.total
-            if counts.total < self.config.batch_size:
-                return moved
+
+        async def batch() -> int:
+            return (await self.run_once()).total
+
+        return await run_batches(batch, batch_size=self.config.batch_size)

@@ -16,6 +16,16 @@ logger = logging.getLogger("jobq.maintenance")
 ELECTION_INTERVAL_DEFAULT = 1.0
 
 
+async def run_batches(run_batch: Callable[[], Awaitable[int]], *, batch_size: int) -> int:
+    """Runs bounded batches until one comes back short; answers the rows they handled in all."""
+    handled = 0
+    while True:
+        batch = await run_batch()
+        handled += batch
+        if batch < batch_size:
+            return handled
+
+
 class MaintenanceLoop(Protocol):
     """What the runner needs of a loop: a name, an interval and one unit of work."""
 
