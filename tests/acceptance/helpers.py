@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
@@ -61,14 +59,3 @@ async def job_rows(engine: AsyncEngine) -> dict[int, dict[str, Any]]:
             )
         )
         return {row["id"]: dict(row) for row in result.mappings()}
-
-
-async def poll_until(
-    condition: Callable[[], Awaitable[bool]], *, within: float, what: str, interval: float = 0.1
-) -> None:
-    """Awaits ``condition`` every ``interval`` seconds until it holds; fails after ``within`` s."""
-    deadline = time.monotonic() + within
-    while not await condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {within} s waiting for {what}")
-        await asyncio.sleep(interval)

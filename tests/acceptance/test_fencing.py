@@ -8,7 +8,8 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.acceptance.helpers import claim, job_rows, lease, lease_call, poll_until
+from tests.acceptance.helpers import claim, job_rows, lease, lease_call
+from tests.polling import poll_until
 from tests.processes import JobqServers
 
 pytestmark = pytest.mark.acceptance

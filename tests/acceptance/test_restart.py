@@ -10,7 +10,8 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.acceptance.helpers import claim, enqueue_batch, job_rows, lease, poll_until
+from tests.acceptance.helpers import claim, enqueue_batch, job_rows, lease
+from tests.polling import poll_until
 from tests.processes import JobqServer, JobqServers
 
 pytestmark = pytest.mark.acceptance

@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.main import create_app
 from app.settings import Settings
 from tests.api.helpers import claim, enqueue
+from tests.polling import poll_until
 
 # A backstop far longer than any wait below: a claim that returns early was woken, not polled.
 SLOW_BACKSTOP = 20.0
@@ -40,13 +41,6 @@ async def running_app(database_url: str, **overrides: Any) -> AsyncIterator[http
         ) as client:
             client.app = application  # type: ignore[attr-defined]
             yield client
-
-
-async def poll_until(condition: Callable[[], Awaitable[bool]], *, within: float) -> None:
-    deadline = time.monotonic() + within
-    while not await condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
 
 
 def parked(client: httpx.AsyncClient) -> Callable[[], Awaitable[bool]]:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -127,23 +126,3 @@ class RunningWorker:
             self.worker.stop()
             self.worker.stop()  # the test is over: no grace period
         await asyncio.wait_for(self.task, 15)
-
-
-async def eventually(
-    condition: Callable[[], Awaitable[bool]] | Callable[[], bool],
-    *,
-    within: float,
-    what: str,
-    interval: float = 0.05,
-) -> None:
-    """Checks ``condition`` every ``interval`` seconds until it holds; fails after ``within`` s."""
-    deadline = time.monotonic() + within
-    while True:
-        outcome = condition()
-        if not isinstance(outcome, bool):
-            outcome = await outcome
-        if outcome:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {within} s waiting for {what}")
-        await asyncio.sleep(interval)

@@ -10,7 +10,8 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobq_client import JobContext
-from tests.client.helpers import RunningWorker, eventually, running_service
+from tests.client.helpers import RunningWorker, running_service
+from tests.polling import poll_until
 
 QUEUE = "long"
 JOB_SECONDS = 20.0
@@ -25,7 +26,7 @@ async def test_a_20s_job_on_a_3s_lease_is_held_by_heartbeats_and_never_handed_ou
         database_url, maintenance_enabled=True, reaper_interval_seconds=0.2
     ) as service:
         runner = service.app.state.maintenance
-        await eventually(lambda: runner.is_leader, within=10, what="maintenance to be elected")
+        await poll_until(lambda: runner.is_leader, within=10, what="maintenance to be elected")
 
         options: dict[str, Any] = {
             "queues": [QUEUE],
@@ -53,7 +54,7 @@ async def test_a_20s_job_on_a_3s_lease_is_held_by_heartbeats_and_never_handed_ou
         async with service.client() as client:
             job = await client.enqueue("long", queue=QUEUE)
             async with RunningWorker(holder) as holding:
-                await eventually(lambda: bool(runs), within=5, what="the holder to start the job")
+                await poll_until(lambda: bool(runs), within=5, what="the holder to start the job")
                 async with RunningWorker(other) as polling:
                     expiries: list[datetime] = []
 
@@ -66,7 +67,7 @@ async def test_a_20s_job_on_a_3s_lease_is_held_by_heartbeats_and_never_handed_ou
                         assert seen["status"] == "succeeded", seen
                         return True
 
-                    await eventually(
+                    await poll_until(
                         finished, within=JOB_SECONDS + 10, what="the job to finish", interval=0.25
                     )
                     other_claims = other_calls.count("/v1/claim")

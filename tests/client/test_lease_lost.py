@@ -8,7 +8,8 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobq_client import JobContext, LeaseLost
-from tests.client.helpers import RunningWorker, eventually, running_service
+from tests.client.helpers import RunningWorker, running_service
+from tests.polling import poll_until
 
 QUEUE = "lost"
 
@@ -45,7 +46,7 @@ async def test_stale_worker_cannot_complete_or_overwrite_the_new_owners_checkpoi
         async with service.client() as client, RunningWorker(stale) as running:
             to_complete = await client.enqueue("work", {"mode": "complete"}, queue=QUEUE)
             to_save = await client.enqueue("work", {"mode": "checkpoint"}, queue=QUEUE)
-            await eventually(lambda: len(started) == 2, within=5, what="both handlers to start")
+            await poll_until(lambda: len(started) == 2, within=5, what="both handlers to start")
 
             # Both leases expire; the reaper returns the jobs; another worker claims them.
             new_leases = {}
@@ -62,7 +63,7 @@ async def test_stale_worker_cannot_complete_or_overwrite_the_new_owners_checkpoi
                 new_leases[job["id"]] = ref
 
             proceed.set()
-            await eventually(
+            await poll_until(
                 lambda: not stale.running_job_ids, within=5, what="the stale worker to let go"
             )
             after_complete = await client.get_job(to_complete["id"])
@@ -114,8 +115,8 @@ async def test_heartbeat_answered_lease_lost_cancels_the_handler(
 
         async with service.client() as client, RunningWorker(stale) as running:
             job = await client.enqueue("work", queue=QUEUE)
-            await eventually(lambda: bool(contexts), within=5, what="the handler to start")
-            await eventually(
+            await poll_until(lambda: bool(contexts), within=5, what="the handler to start")
+            await poll_until(
                 lambda: bool(calls.items("/v1/heartbeat", job["id"])),
                 within=5,
                 what="a first heartbeat",

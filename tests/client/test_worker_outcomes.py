@@ -8,7 +8,8 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobq_client import JobContext, NonRetryableError
-from tests.client.helpers import RunningWorker, eventually, running_service
+from tests.client.helpers import RunningWorker, running_service
+from tests.polling import poll_until
 
 QUEUE = "outcomes"
 
@@ -47,7 +48,7 @@ async def test_returned_value_completes_raised_error_retries_non_retryable_is_de
                 jobs = [await client.get_job(j["id"]) for j in (added, retried, dead)]
                 return all(j["status"] in finished for j in jobs)
 
-            await eventually(all_finished, within=10, what="the three jobs to finish")
+            await poll_until(all_finished, within=10, what="the three jobs to finish")
             added, retried, dead = [await client.get_job(j["id"]) for j in (added, retried, dead)]
             await running.stop()
 
@@ -88,7 +89,7 @@ async def test_cancelling_a_running_job_cancels_its_handler(
 
         async with service.client() as client, RunningWorker(worker) as running:
             job = await client.enqueue("endless", queue=QUEUE)
-            await eventually(lambda: bool(contexts), within=5, what="the handler to start")
+            await poll_until(lambda: bool(contexts), within=5, what="the handler to start")
             cancelled = await client.cancel(job["id"])
             assert cancelled["status"] == "cancelled"
             await asyncio.wait_for(handler_cancelled.wait(), 5)

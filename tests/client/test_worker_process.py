@@ -12,7 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobq_client import Client, JobContext, Worker
 from tests.client import chunked_worker
-from tests.client.helpers import RunningWorker, eventually
+from tests.client.helpers import RunningWorker
+from tests.polling import poll_until
 from tests.processes import JobqServers, WorkerProcesses
 
 pytestmark = pytest.mark.acceptance
@@ -37,7 +38,7 @@ async def test_sigterm_releases_the_job_with_its_checkpoint_and_the_next_worker_
             seen = await client.get_job(job["id"])
             return seen["status"] == "running" and (seen["checkpoint"] or {}).get("next", 0) >= 5
 
-        await eventually(chunks_done, within=30, what="the worker process to save 5 chunks")
+        await poll_until(chunks_done, within=30, what="the worker process to save 5 chunks")
         running = await client.get_job(job["id"])
         assert running["attempts"] == 1
         lease_left = datetime.fromisoformat(running["lease_expires_at"]) - datetime.fromisoformat(
@@ -51,7 +52,7 @@ async def test_sigterm_releases_the_job_with_its_checkpoint_and_the_next_worker_
         async def released() -> bool:
             return (await client.get_job(job["id"]))["status"] != "running"
 
-        await eventually(released, within=5, what="the job to be released", interval=0.02)
+        await poll_until(released, within=5, what="the job to be released", interval=0.02)
         released_after = time.monotonic() - signalled
         back = await client.get_job(job["id"])
         exit_code = await process.wait_exit(15)
@@ -67,8 +68,8 @@ async def test_sigterm_releases_the_job_with_its_checkpoint_and_the_next_worker_
 
         started = time.monotonic()
         async with RunningWorker(second) as running_second:
-            await eventually(lambda: bool(resumed), within=5, what="the second worker to claim")
-            await eventually(
+            await poll_until(lambda: bool(resumed), within=5, what="the second worker to claim")
+            await poll_until(
                 lambda: not second.running_job_ids, within=5, what="the job to be completed"
             )
             await running_second.stop()

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.acceptance.helpers import poll_until
+from tests.polling import poll_until
 from tests.processes import REPO_ROOT, JobqServers, ProcessRegistry
 
 pytestmark = pytest.mark.acceptance

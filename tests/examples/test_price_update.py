@@ -27,7 +27,7 @@ from examples.price_update.books import (
 )
 from examples.price_update.worker import JOB_TYPE, raise_prices
 from jobq_client import Client, JobContext
-from tests.acceptance.helpers import poll_until
+from tests.polling import poll_until
 from tests.processes import ChildProcess, JobqServer, JobqServers, ProcessRegistry
 
 pytestmark = pytest.mark.acceptance

@@ -11,7 +11,6 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -19,6 +18,7 @@ import pytest
 
 from jobq_client import JobContext, LeaseLost, NonRetryableError, Worker
 from jobq_client.cli import TargetError, load_worker, run_worker
+from tests.polling import poll_until
 
 Json = dict[str, Any]
 
@@ -103,14 +103,6 @@ class FakeService:
         return httpx.Response(200, json={"results": results})
 
 
-async def eventually(condition: Callable[[], bool], within: float = 5.0) -> None:
-    """Polls ``condition`` until it holds, failing after ``within`` seconds."""
-    deadline = time.monotonic() + within
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
-
-
 def make_worker(service: FakeService, **options: Any) -> Worker:
     settings: Json = {
         "queues": ["q"],
@@ -161,9 +153,9 @@ async def test_one_heartbeat_request_carries_every_held_lease() -> None:
         return {"double": ctx.payload * 2}
 
     async with Running(worker) as running:
-        await eventually(lambda: len(service.bodies("/v1/heartbeat")) >= 3)
+        await poll_until(lambda: len(service.bodies("/v1/heartbeat")) >= 3)
         proceed.set()
-        await eventually(lambda: len(service.items("/v1/complete")) == 3)
+        await poll_until(lambda: len(service.items("/v1/complete")) == 3)
         await running.stopped()
     beats = service.bodies("/v1/heartbeat")
     full = [b for b in beats if len(b["leases"]) == 3]
@@ -200,7 +192,7 @@ async def test_handler_exception_fails_the_job(
         raise raised
 
     async with Running(worker) as running:
-        await eventually(lambda: bool(service.items("/v1/fail")))
+        await poll_until(lambda: bool(service.items("/v1/fail")))
         await running.stopped()
     [fail] = service.items("/v1/fail")
     assert fail["job_id"] == job_id and fail["retryable"] is retryable and fail["error"] == error
@@ -217,7 +209,7 @@ async def test_unknown_job_type_fails_for_good_naming_the_type() -> None:
         return None
 
     async with Running(worker) as running:
-        await eventually(lambda: bool(service.items("/v1/fail")))
+        await poll_until(lambda: bool(service.items("/v1/fail")))
         await running.stopped()
     [fail] = service.items("/v1/fail")
     assert fail["retryable"] is False and "'mystery'" in fail["error"] and "known" in fail["error"]
@@ -233,7 +225,7 @@ async def test_a_result_that_is_not_json_fails_the_job_instead_of_completing() -
         return {"when": object()}
 
     async with Running(worker) as running:
-        await eventually(lambda: bool(service.items("/v1/fail")))
+        await poll_until(lambda: bool(service.items("/v1/fail")))
         await running.stopped()
     [fail] = service.items("/v1/fail")
     assert fail["retryable"] is False and "not JSON" in fail["error"]
@@ -264,14 +256,14 @@ async def test_a_lost_lease_cancels_the_handler_and_the_job_is_never_settled(
             raise
 
     async with Running(worker) as running:
-        await eventually(lambda: "ctx" in seen)
+        await poll_until(lambda: "ctx" in seen)
         (service.cancelled if cancelled else service.lost).add(doomed)
         await asyncio.wait_for(handler_cancelled.wait(), 5)
         # The worker carries on with other jobs.
         other = service.add(payload="other")
-        await eventually(lambda: bool(service.items("/v1/heartbeat", other)))
+        await poll_until(lambda: bool(service.items("/v1/heartbeat", other)))
         proceed_other.set()
-        await eventually(lambda: bool(service.items("/v1/complete", other)))
+        await poll_until(lambda: bool(service.items("/v1/complete", other)))
         await running.stopped()
     assert seen["ctx"].cancelled is cancelled
     for path in ("/v1/complete", "/v1/fail", "/v1/release"):
@@ -307,10 +299,10 @@ async def test_save_checkpoint_on_a_lost_lease_raises_lease_lost_past_except_exc
         return "done"
 
     async with Running(worker) as running:
-        await eventually(lambda: "first" in outcome)
+        await poll_until(lambda: "first" in outcome)
         service.lost.add(job_id)
         proceed.set()
-        await eventually(lambda: "lost" in outcome or "swallowed" in outcome)
+        await poll_until(lambda: "lost" in outcome or "swallowed" in outcome)
         await running.stopped()
     assert outcome == {"first": {"step": 1}, "lost": True}
     first, second = [i for i in service.items("/v1/heartbeat", job_id) if "checkpoint" in i]
@@ -342,9 +334,9 @@ async def test_never_runs_more_than_concurrency_jobs_and_claims_only_free_slots(
 
     async with Running(worker) as running:
         for gate in gates:
-            await eventually(lambda: running_now == 2 or len(service.items("/v1/complete")) >= 6)
+            await poll_until(lambda: running_now == 2 or len(service.items("/v1/complete")) >= 6)
             gate.set()
-        await eventually(lambda: len(service.items("/v1/complete")) == 7)
+        await poll_until(lambda: len(service.items("/v1/complete")) == 7)
         await running.stopped()
     assert most == 2
     claims = service.bodies("/v1/claim")
@@ -369,7 +361,7 @@ async def test_stop_saves_the_checkpoint_then_releases_the_job_with_it() -> None
             await ctx.save_checkpoint({"chunk": chunk}, progress=chunk)
 
     async with Running(worker) as running:
-        await eventually(lambda: len(service.items("/v1/heartbeat", job_id)) >= 3)
+        await poll_until(lambda: len(service.items("/v1/heartbeat", job_id)) >= 3)
         claims_before = len(service.bodies("/v1/claim"))
         started = time.monotonic()
         await running.stopped(within=5)
@@ -403,10 +395,10 @@ async def test_a_handler_finishing_within_the_grace_period_completes() -> None:
         return {"stopping": ctx.stopping}
 
     async with Running(worker) as running:
-        await eventually(lambda: bool(contexts))
+        await poll_until(lambda: bool(contexts))
         claims = len(service.bodies("/v1/claim"))
         worker.stop()
-        await eventually(lambda: contexts[0].stopping)
+        await poll_until(lambda: contexts[0].stopping)
         finish.set()
         await running.stopped()
     [complete] = service.items("/v1/complete")
@@ -455,10 +447,10 @@ async def test_transient_claim_and_heartbeat_errors_are_retried() -> None:
         return "ok"
 
     async with Running(worker) as running:
-        await eventually(lambda: not service.heartbeat_errors, within=10)
-        await eventually(lambda: bool(service.items("/v1/heartbeat", job_id)))
+        await poll_until(lambda: not service.heartbeat_errors, within=10)
+        await poll_until(lambda: bool(service.items("/v1/heartbeat", job_id)))
         proceed.set()
-        await eventually(lambda: bool(service.items("/v1/complete", job_id)), within=10)
+        await poll_until(lambda: bool(service.items("/v1/complete", job_id)), within=10)
         await running.stopped()
     assert [i["result"] for i in service.items("/v1/complete")] == ["ok"]
 
@@ -512,7 +504,7 @@ def test_load_worker_takes_a_worker_or_a_factory_and_rejects_anything_else() -> 
     bad_targets = [
         __name__,  # no attribute
         f"{__name__}:nothing",
-        f"{__name__}:eventually",  # an async function
+        f"{__name__}:poll_until",  # an async function
         f"{__name__}:FakeService",  # a factory of something else
         f"{__name__}:make_worker",  # a factory that needs arguments
         "no_such_module_here:worker",
