@@ -63,11 +63,13 @@ async def tolerant_worker(
             "queues": [QUEUE],
             "max_jobs": PRE_MAX_JOBS,
             "lease_seconds": PRE_LEASE_SECONDS,
+            "wait_seconds": 0.5,
         }
         r = await _post(client, "/v1/claim", body, tally)
         jobs: list[dict[str, Any]] = [] if r is None else r.json()["jobs"]
         if not jobs:
-            await asyncio.sleep(0.05)
+            if r is None:  # the server is going away: ask the next one a moment later
+                await asyncio.sleep(0.05)
             continue
         tally.claimed.extend(job["id"] for job in jobs)
         await asyncio.sleep(WORK_SECONDS)  # the work itself
@@ -85,9 +87,8 @@ async def strict_worker(
 ) -> None:
     """Claims and completes until ``stop``; after the restart no error is acceptable."""
     while not stop.is_set():
-        jobs = await claim(client, worker_id, QUEUE, max_jobs=5, lease_seconds=60)
+        jobs = await claim(client, worker_id, QUEUE, max_jobs=5, lease_seconds=60, wait_seconds=0.5)
         if not jobs:
-            await asyncio.sleep(0.05)
             continue
         tally.claimed.extend(job["id"] for job in jobs)
         r = await client.post(
