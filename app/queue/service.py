@@ -1,4 +1,4 @@
-"""Queue operations as units of work: each opens one transaction, runs repository statements, commits."""
+"""Queue operations as units of work: one conditional statement in autocommit, or one transaction."""
 
 from __future__ import annotations
 
