@@ -94,6 +94,12 @@ def field_name(loc: Sequence[str | int]) -> str:
     return out
 
 
+def brief(exc: BaseException) -> str:
+    """One line about an error for a log: SQLAlchemy's messages carry the whole statement."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {first[:300]}"
+
+
 def sqlstate(exc: BaseException) -> str | None:
     """The PostgreSQL SQLSTATE behind a SQLAlchemy / asyncpg error, if any."""
     seen: set[int] = set()

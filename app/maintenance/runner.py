@@ -11,6 +11,8 @@ from typing import Protocol
 
 from sqlalchemy.exc import DBAPIError
 
+from app.errors import brief
+
 logger = logging.getLogger("jobq.maintenance")
 
 ELECTION_INTERVAL_DEFAULT = 1.0
@@ -97,5 +99,5 @@ class MaintenanceRunner:
                 if moved:
                     logger.debug("%s moved %d jobs", loop.name, moved)
             except (DBAPIError, OSError) as exc:
-                logger.warning("%s failed: %s", loop.name, exc)
+                logger.warning("%s failed: %s", loop.name, brief(exc))
             await asyncio.sleep(loop.interval_seconds * random.uniform(0.9, 1.1))

@@ -17,6 +17,7 @@ import random
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.errors import brief
 from app.queue.repository import Repository
 from app.wakeup.hub import WaiterHub
 
@@ -76,4 +77,4 @@ class Backstop:
                 if woken:
                     logger.debug("backstop woke %d waiters", woken)
             except (DBAPIError, OSError) as exc:
-                logger.warning("backstop check failed: %s", exc)
+                logger.warning("backstop check failed: %s", brief(exc))

@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from app.errors import brief
 from app.queue.repository import Repository
 from app.wakeup.hub import WaiterHub
 
@@ -126,7 +127,7 @@ class ControlChannel:
             try:
                 await self.repo.wakeup_notify(self._conn, channel=CHANNEL, payloads=payloads)
             except (DBAPIError, OSError) as exc:
-                logger.warning("notify failed: %s", exc)
+                logger.warning("notify failed: %s", brief(exc))
                 self._lost.set()
 
     # -- leadership --------------------------------------------------------------------------
@@ -141,7 +142,7 @@ class ControlChannel:
             try:
                 self._holds_lock = await self.repo.maintenance_try_lead(self._conn)
             except (DBAPIError, OSError) as exc:
-                logger.warning("leader election failed: %s", exc)
+                logger.warning("leader election failed: %s", brief(exc))
                 self._lost.set()
                 return False
             if self._holds_lock:
@@ -187,7 +188,7 @@ class ControlChannel:
             try:
                 await self.repo.maintenance_ping(self._conn)
             except (DBAPIError, OSError) as exc:
-                logger.warning("control connection lost: %s", exc)
+                logger.warning("control connection lost: %s", brief(exc))
                 self._lost.set()
 
     async def _keep_connected(self) -> None:
@@ -198,7 +199,9 @@ class ControlChannel:
                 async with self._io:
                     await self._connect()
             except (DBAPIError, OSError) as exc:
-                logger.warning("control connection failed: %s; retrying in %.1fs", exc, delay)
+                logger.warning(
+                    "control connection failed: %s; retrying in %.1fs", brief(exc), delay
+                )
                 await asyncio.sleep(delay * random.uniform(0.8, 1.2))
                 delay = min(delay * 2, RECONNECT_MAX_SECONDS)
                 continue

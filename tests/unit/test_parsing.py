@@ -80,3 +80,11 @@ def test_checkpoint_size_limit() -> None:
     with pytest.raises(ValidationError) as info:
         HeartbeatItem.model_validate({**ref, "checkpoint": "x" * MAX_CHECKPOINT_BYTES})
     assert info.value.errors()[0]["loc"] == ("checkpoint",)
+
+
+def test_brief_keeps_one_line_of_an_error() -> None:
+    from app.errors import brief
+
+    exc = ValueError("connection lost\n[SQL: SELECT a very long statement]\n[parameters: ...]")
+    assert brief(exc) == "ValueError: connection lost"
+    assert brief(RuntimeError()) == "RuntimeError: "
