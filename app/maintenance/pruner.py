@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
-from app.maintenance.runner import run_batches
-from app.queue.repository import Repository
+from app.maintenance.runner import BatchLoop
 
 PRUNER_INTERVAL_DEFAULT = 60.0
 PRUNER_BATCH_SIZE_DEFAULT = 1000
@@ -36,22 +33,10 @@ class PrunerConfig:
                 raise ValueError(f"{name} must be >= 0")
 
 
-class Pruner:
+class Pruner(BatchLoop[PrunerConfig]):
     """Deletes finished jobs past retention, one short transaction per bounded batch."""
 
     name = "pruner"
-
-    def __init__(
-        self, *, engine: AsyncEngine, repository: Repository, config: PrunerConfig
-    ) -> None:
-        self.engine = engine
-        self.repo = repository
-        self.config = config
-
-    @property
-    def interval_seconds(self) -> float:
-        """Seconds between runs."""
-        return self.config.interval_seconds
 
     async def run_once(self) -> int:
         """Deletes one batch; answers how many jobs it deleted."""
@@ -64,6 +49,6 @@ class Pruner:
                 dead_seconds=self.config.dead_seconds,
             )
 
-    async def run_until_drained(self) -> int:
-        """Runs batches until one comes back short; answers the jobs deleted."""
-        return await run_batches(self.run_once, batch_size=self.config.batch_size)
+    async def run_batch(self) -> int:
+        """One batch; answers the jobs deleted."""
+        return await self.run_once()

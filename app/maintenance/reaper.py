@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
-from app.maintenance.runner import run_batches
-from app.queue.repository import Repository
+from app.maintenance.runner import BatchLoop
 
 REAPER_INTERVAL_DEFAULT = 1.0
 REAPER_BATCH_SIZE_DEFAULT = 500
@@ -41,22 +38,10 @@ class ReapCounts:
         return self.retried + self.dead
 
 
-class Reaper:
+class Reaper(BatchLoop[ReaperConfig]):
     """Returns expired leases to the queue in bounded batches; safe when two instances run it."""
 
     name = "reaper"
-
-    def __init__(
-        self, *, engine: AsyncEngine, repository: Repository, config: ReaperConfig
-    ) -> None:
-        self.engine = engine
-        self.repo = repository
-        self.config = config
-
-    @property
-    def interval_seconds(self) -> float:
-        """Seconds between runs."""
-        return self.config.interval_seconds
 
     async def run_once(self) -> ReapCounts:
         """Reaps one batch in its own transaction."""
@@ -67,10 +52,6 @@ class Reaper:
             retried=len(rows) - dead, dead=dead, queues=frozenset(r["queue"] for r in rows)
         )
 
-    async def run_until_drained(self) -> int:
-        """Runs batches until one comes back short; answers the jobs moved."""
-
-        async def batch() -> int:
-            return (await self.run_once()).total
-
-        return await run_batches(batch, batch_size=self.config.batch_size)
+    async def run_batch(self) -> int:
+        """One batch; answers the jobs moved."""
+        return (await self.run_once()).total

@@ -7,11 +7,13 @@ import contextlib
 import logging
 import random
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.errors import brief
+from app.queue.repository import Repository
 
 logger = logging.getLogger("jobq.maintenance")
 
@@ -26,6 +28,43 @@ async def run_batches(run_batch: Callable[[], Awaitable[int]], *, batch_size: in
         handled += batch
         if batch < batch_size:
             return handled
+
+
+class BatchLoopConfig(Protocol):
+    """What every batch loop's frozen config carries."""
+
+    @property
+    def interval_seconds(self) -> float: ...
+
+    @property
+    def batch_size(self) -> int: ...
+
+
+ConfigT = TypeVar("ConfigT", bound=BatchLoopConfig)
+
+
+class BatchLoop(Generic[ConfigT]):
+    """Base of the loops that work in bounded batches on the pool: engine, repository, config."""
+
+    name: str
+
+    def __init__(self, *, engine: AsyncEngine, repository: Repository, config: ConfigT) -> None:
+        self.engine = engine
+        self.repo = repository
+        self.config = config
+
+    @property
+    def interval_seconds(self) -> float:
+        """Seconds between runs."""
+        return self.config.interval_seconds
+
+    async def run_batch(self) -> int:
+        """One bounded batch in its own transaction; answers the rows it handled."""
+        raise NotImplementedError
+
+    async def run_until_drained(self) -> int:
+        """Runs batches until one comes back short; answers the rows handled in all."""
+        return await run_batches(self.run_batch, batch_size=self.config.batch_size)
 
 
 class MaintenanceLoop(Protocol):

@@ -10,8 +10,9 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobq_client import JobContext
-from tests.client.helpers import RunningWorker, running_service
+from tests.client.helpers import running_service
 from tests.polling import poll_until
+from tests.workers import RunningWorker
 
 QUEUE = "long"
 JOB_SECONDS = 20.0

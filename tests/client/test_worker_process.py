@@ -12,9 +12,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from jobq_client import Client, JobContext, Worker
 from tests.client import chunked_worker
-from tests.client.helpers import RunningWorker
 from tests.polling import poll_until
 from tests.processes import JobqServers, WorkerProcesses
+from tests.workers import RunningWorker
 
 pytestmark = pytest.mark.acceptance
 

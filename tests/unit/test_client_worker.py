@@ -19,6 +19,7 @@ import pytest
 from jobq_client import JobContext, LeaseLost, NonRetryableError, Worker
 from jobq_client.cli import TargetError, load_worker, run_worker
 from tests.polling import poll_until
+from tests.workers import RunningWorker
 
 Json = dict[str, Any]
 
@@ -117,30 +118,6 @@ def make_worker(service: FakeService, **options: Any) -> Worker:
     return Worker("http://jobq.test", transport=httpx.MockTransport(service), **settings)
 
 
-class Running:
-    """A worker running in a task for the span of an ``async with``; stopped and awaited after."""
-
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
-        self.task: asyncio.Task[None] | None = None
-
-    async def __aenter__(self) -> Running:
-        self.task = asyncio.create_task(self.worker.run(install_signal_handlers=False))
-        return self
-
-    async def stopped(self, within: float = 5.0) -> None:
-        assert self.task is not None
-        self.worker.stop()
-        await asyncio.wait_for(asyncio.shield(self.task), within)
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self.task is not None
-        if not self.task.done():
-            self.worker.stop()
-            self.worker.stop()  # end any grace period: the test is over
-        await asyncio.wait_for(self.task, 10)
-
-
 async def test_one_heartbeat_request_carries_every_held_lease() -> None:
     service = FakeService()
     ids = [service.add(payload=n) for n in range(3)]
@@ -152,11 +129,11 @@ async def test_one_heartbeat_request_carries_every_held_lease() -> None:
         await proceed.wait()
         return {"double": ctx.payload * 2}
 
-    async with Running(worker) as running:
+    async with RunningWorker(worker) as running:
         await poll_until(lambda: len(service.bodies("/v1/heartbeat")) >= 3)
         proceed.set()
         await poll_until(lambda: len(service.items("/v1/complete")) == 3)
-        await running.stopped()
+        await running.stop(within=5)
     beats = service.bodies("/v1/heartbeat")
     full = [b for b in beats if len(b["leases"]) == 3]
     assert len(full) >= 3, beats
@@ -191,9 +168,9 @@ async def test_handler_exception_fails_the_job(
     async def handle(ctx: JobContext) -> Any:
         raise raised
 
-    async with Running(worker) as running:
+    async with RunningWorker(worker) as running:
         await poll_until(lambda: bool(service.items("/v1/fail")))
-        await running.stopped()
+        await running.stop(within=5)
     [fail] = service.items("/v1/fail")
     assert fail["job_id"] == job_id and fail["retryable"] is retryable and fail["error"] == error
     assert not service.items("/v1/complete") and not service.items("/v1/release")
@@ -208,9 +185,9 @@ async def test_unknown_job_type_fails_for_good_naming_the_type() -> None:
     async def handle(ctx: JobContext) -> Any:
         return None
 
-    async with Running(worker) as running:
+    async with RunningWorker(worker) as running:
         await poll_until(lambda: bool(service.items("/v1/fail")))
-        await running.stopped()
+        await running.stop(within=5)
     [fail] = service.items("/v1/fail")
     assert fail["retryable"] is False and "'mystery'" in fail["error"] and "known" in fail["error"]
 
@@ -224,9 +201,9 @@ async def test_a_result_that_is_not_json_fails_the_job_instead_of_completing() -
     async def handle(ctx: JobContext) -> Any:
         return {"when": object()}
 
-    async with Running(worker) as running:
+    async with RunningWorker(worker) as running:
         await poll_until(lambda: bool(service.items("/v1/fail")))
-        await running.stopped()
+        await running.stop(within=5)
     [fail] = service.items("/v1/fail")
     assert fail["retryable"] is False and "not JSON" in fail["error"]
     assert not service.items("/v1/complete")
@@ -255,7 +232,7 @@ async def test_a_lost_lease_cancels_the_handler_and_the_job_is_never_settled(
             handler_cancelled.set()
             raise
 
-    async with Running(worker) as running:
+    async with RunningWorker(worker) as running:
         await poll_until(lambda: "ctx" in seen)
         (service.cancelled if cancelled else service.lost).add(doomed)
         await asyncio.wait_for(handler_cancelled.wait(), 5)
@@ -264,7 +241,7 @@ async def test_a_lost_lease_cancels_the_handler_and_the_job_is_never_settled(
         await poll_until(lambda: bool(service.items("/v1/heartbeat", other)))
         proceed_other.set()
         await poll_until(lambda: bool(service.items("/v1/complete", other)))
-        await running.stopped()
+        await running.stop(within=5)
     assert seen["ctx"].cancelled is cancelled
     for path in ("/v1/complete", "/v1/fail", "/v1/release"):
         assert not service.items(path, doomed), path
@@ -298,12 +275,12 @@ async def test_save_checkpoint_on_a_lost_lease_raises_lease_lost_past_except_exc
             raise
         return "done"
 
-    async with Running(worker) as running:
+    async with RunningWorker(worker) as running:
         await poll_until(lambda: "first" in outcome)
         service.lost.add(job_id)
         proceed.set()
         await poll_until(lambda: "lost" in outcome or "swallowed" in outcome)
-        await running.stopped()
+        await running.stop(within=5)
     assert outcome == {"first": {"step": 1}, "lost": True}
     first, second = [i for i in service.items("/v1/heartbeat", job_id) if "checkpoint" in i]
     assert first["checkpoint"] == {"step": 1} and first["progress"] == {"done": 1}
@@ -332,12 +309,12 @@ async def test_never_runs_more_than_concurrency_jobs_and_claims_only_free_slots(
             running_now -= 1
         return ctx.payload
 
-    async with Running(worker) as running:
+    async with RunningWorker(worker) as running:
         for gate in gates:
             await poll_until(lambda: running_now == 2 or len(service.items("/v1/complete")) >= 6)
             gate.set()
         await poll_until(lambda: len(service.items("/v1/complete")) == 7)
-        await running.stopped()
+        await running.stop(within=5)
     assert most == 2
     claims = service.bodies("/v1/claim")
     assert all(1 <= c["max_jobs"] <= 2 for c in claims)
@@ -360,11 +337,11 @@ async def test_stop_saves_the_checkpoint_then_releases_the_job_with_it() -> None
             seen["stopping_seen"] = ctx.stopping
             await ctx.save_checkpoint({"chunk": chunk}, progress=chunk)
 
-    async with Running(worker) as running:
+    async with RunningWorker(worker) as running:
         await poll_until(lambda: len(service.items("/v1/heartbeat", job_id)) >= 3)
         claims_before = len(service.bodies("/v1/claim"))
         started = time.monotonic()
-        await running.stopped(within=5)
+        await running.stop(within=5)
         # The parked 20 s long-poll was cancelled, not waited out.
         assert time.monotonic() - started < 3
     assert seen["start"] == 4 and seen["stopping_seen"] is True
@@ -394,13 +371,13 @@ async def test_a_handler_finishing_within_the_grace_period_completes() -> None:
         await finish.wait()
         return {"stopping": ctx.stopping}
 
-    async with Running(worker) as running:
+    async with RunningWorker(worker) as running:
         await poll_until(lambda: bool(contexts))
         claims = len(service.bodies("/v1/claim"))
         worker.stop()
         await poll_until(lambda: contexts[0].stopping)
         finish.set()
-        await running.stopped()
+        await running.stop(within=5)
     [complete] = service.items("/v1/complete")
     assert complete["job_id"] == job_id and complete["result"] == {"stopping": True}
     assert not service.items("/v1/release")
@@ -425,9 +402,9 @@ async def test_after_the_grace_period_handlers_are_cancelled_and_released_withou
             cancelled.set()
             raise
 
-    async with Running(worker) as running:
+    async with RunningWorker(worker) as running:
         await asyncio.wait_for(started.wait(), 5)
-        await running.stopped(within=5)
+        await running.stop(within=5)
     assert cancelled.is_set()
     [release] = service.items("/v1/release")
     assert release["job_id"] == job_id and "checkpoint" not in release
@@ -446,12 +423,12 @@ async def test_transient_claim_and_heartbeat_errors_are_retried() -> None:
         await proceed.wait()
         return "ok"
 
-    async with Running(worker) as running:
+    async with RunningWorker(worker) as running:
         await poll_until(lambda: not service.heartbeat_errors, within=10)
         await poll_until(lambda: bool(service.items("/v1/heartbeat", job_id)))
         proceed.set()
         await poll_until(lambda: bool(service.items("/v1/complete", job_id)), within=10)
-        await running.stopped()
+        await running.stop(within=5)
     assert [i["result"] for i in service.items("/v1/complete")] == ["ok"]
 
 
