@@ -2,11 +2,16 @@
 
 ``Client`` enqueues and reads jobs and speaks the raw worker protocol; ``Worker`` runs async
 handlers for claimed jobs with batched heartbeats, checkpoints and a graceful stop.
+
+The names below are the public API. Inside: ``worker`` (claim loop, run / stop / drain),
+``leases`` (heartbeats, checkpoint saves, complete / fail / release), ``context``
+(``JobContext``), ``client`` (HTTP calls), ``retry`` (transient errors, backoff), ``errors``.
 """
 
 from jobq_client.client import Client
+from jobq_client.context import JobContext
 from jobq_client.errors import JobqError, LeaseLost, NonRetryableError, StopRequested
-from jobq_client.worker import JobContext, Worker
+from jobq_client.worker import Worker
 
 __all__ = [
     "Client",

@@ -224,3 +224,22 @@ def test_client_sources_import_only_the_standard_library_and_httpx() -> None:
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 found.add(node.module.split(".")[0])
     assert "httpx" in found and found <= allowed, sorted(found - allowed)
+
+
+def test_client_sources_write_private_attributes_only_on_self() -> None:
+    offenders: list[str] = []
+    for path in (REPO_ROOT / "jobq_client").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets: list[ast.expr] = []
+            if isinstance(node, ast.Assign):
+                targets = node.targets
+            elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+                targets = [node.target]
+            for target in targets:
+                if (
+                    isinstance(target, ast.Attribute)
+                    and target.attr.startswith("_")
+                    and not (isinstance(target.value, ast.Name) and target.value.id == "self")
+                ):
+                    offenders.append(f"{path.name}:{node.lineno} {ast.unparse(target)}")
+    assert not offenders, offenders

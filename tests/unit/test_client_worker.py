@@ -16,8 +16,9 @@ from typing import Any
 import httpx
 import pytest
 
-from jobq_client import JobContext, LeaseLost, NonRetryableError, Worker
+from jobq_client import Client, JobContext, LeaseLost, NonRetryableError, Worker
 from jobq_client.cli import TargetError, load_worker, run_worker
+from jobq_client.leases import LeaseKeeper
 from tests.polling import poll_until
 from tests.workers import RunningWorker
 
@@ -35,6 +36,7 @@ class FakeService:
         self.claim_errors: list[Exception | int] = []
         self.heartbeat_errors: list[Exception | int] = []
         self.claim_status = 200
+        self.statuses: dict[str, str] = {}  # path -> the "status" its ok results carry
         self._changed = asyncio.Event()
         self._next_id = 1
 
@@ -93,14 +95,15 @@ class FakeService:
         for item in body["leases"]:
             job_id = item["job_id"]
             held = job_id not in self.lost and job_id not in self.cancelled
-            results.append(
-                {
-                    "job_id": job_id,
-                    "ok": held,
-                    "error": None if held else "lease_lost",
-                    "cancelled": job_id in self.cancelled,
-                }
-            )
+            result: Json = {
+                "job_id": job_id,
+                "ok": held,
+                "error": None if held else "lease_lost",
+                "cancelled": job_id in self.cancelled,
+            }
+            if held and path in self.statuses:
+                result["status"] = self.statuses[path]
+            results.append(result)
         return httpx.Response(200, json={"results": results})
 
 
@@ -466,6 +469,65 @@ async def test_a_context_outside_a_worker_records_its_checkpoint() -> None:
     await ctx.save_checkpoint({"n": 2}, progress=0.5)
     assert ctx.checkpoint == {"n": 2} and ctx.progress == 0.5
     assert not ctx.cancelled and not ctx.stopping
+
+
+def test_a_context_outside_a_worker_can_be_told_to_stop_or_that_it_was_cancelled() -> None:
+    ctx = JobContext({"id": 3, "type": "t"})
+    ctx.mark_stopping()
+    assert ctx.stopping and not ctx.cancelled
+    ctx.mark_cancelled()
+    assert ctx.stopping and ctx.cancelled
+
+
+@pytest.mark.parametrize("status", ["pending", "scheduled"])
+async def test_a_failed_job_is_settled_once_whatever_status_the_service_names(status: str) -> None:
+    service = FakeService()
+    service.statuses["/v1/fail"] = status
+    failing = service.add(payload="fail")
+    worker = make_worker(service, concurrency=1)
+
+    @worker.handler("t")
+    async def handle(ctx: JobContext) -> Any:
+        if ctx.payload == "fail":
+            raise ValueError("try later")
+        return "fine"
+
+    async with RunningWorker(worker) as running:
+        await poll_until(lambda: bool(service.items("/v1/fail", failing)))
+        # The slot is free again: the next job is claimed and completed.
+        other = service.add(payload="other")
+        await poll_until(lambda: bool(service.items("/v1/complete", other)))
+        await running.stop(within=5)
+    assert len(service.items("/v1/fail", failing)) == 1
+    assert not service.items("/v1/complete", failing) and not service.items("/v1/release", failing)
+
+
+async def test_the_lease_keeper_fails_a_job_for_good_when_its_complete_is_refused() -> None:
+    sent: list[tuple[str, Json]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        body: Json = json.loads(request.content)
+        sent.append((request.url.path, body))
+        if request.url.path == "/v1/complete":
+            return httpx.Response(413, json={"title": "Content Too Large", "detail": "result"})
+        return httpx.Response(200, json={"results": [{"job_id": 7, "ok": True}]})
+
+    async def returns() -> Any:
+        return {"huge": "result"}
+
+    async with Client("http://jobq.test", transport=httpx.MockTransport(answer)) as client:
+        keeper = LeaseKeeper(client, worker_id="w-test", lease_seconds=3, heartbeat_interval=1)
+        held = keeper.hold({"id": 7, "type": "t", "lease_id": "lease-7"})
+        assert len(keeper) == 1 and keeper.jobs() == [held]
+        handler = asyncio.create_task(returns())
+        await asyncio.wait([handler])
+        await keeper.settle(held, handler)
+        keeper.drop(held)
+    assert [path for path, _ in sent] == ["/v1/complete", "/v1/fail"]
+    [fail] = sent[1][1]["leases"]
+    assert fail["job_id"] == 7 and fail["lease_id"] == "lease-7" and fail["retryable"] is False
+    assert fail["error"].startswith("complete refused: 413")
+    assert len(keeper) == 0
 
 
 example_worker = Worker(queues=["example"])

@@ -1,0 +1,99 @@
+"""``JobContext``: what a handler receives, and the two signals a worker gives it.
+
+A worker tells a running handler two things through its context, each by one method:
+:meth:`JobContext.mark_cancelled` when the service says the job was cancelled under this lease,
+and :meth:`JobContext.mark_stopping` when the worker begins a graceful stop. The context never
+learns how its checkpoint is stored: the worker hands it a ``checkpoint_saver`` for that, which
+also records the saved state on the context and raises :class:`StopRequested` once stopping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+# Given ``(state, progress)``: stores them under the lease, records them on the context, and
+# raises LeaseLost / StopRequested as ``save_checkpoint`` documents.
+CheckpointSaver = Callable[[Any, Any], Awaitable[None]]
+
+
+class JobContext:
+    """What a handler receives: the claimed job, its last checkpoint and the worker's signals.
+
+    ``cancelled`` turns true when the service says the job was cancelled under this lease;
+    ``stopping`` turns true when the worker begins a graceful stop. Outside a worker (in a
+    handler's own unit tests, say) a context can be built from a job dict alone; its
+    ``save_checkpoint`` then only records the state, and :meth:`mark_stopping` /
+    :meth:`mark_cancelled` let the test play the worker's part.
+    """
+
+    def __init__(
+        self, job: Mapping[str, Any], *, checkpoint_saver: CheckpointSaver | None = None
+    ) -> None:
+        self.job: dict[str, Any] = dict(job)
+        self.checkpoint: Any = self.job.get("checkpoint")
+        self.progress: Any = self.job.get("progress")
+        self._saver = checkpoint_saver
+        self._cancelled = False
+        self._stopping = False
+
+    @property
+    def job_id(self) -> int:
+        """The job's id (stable across attempts: use it to make side effects idempotent)."""
+        job_id: int = self.job["id"]
+        return job_id
+
+    @property
+    def type(self) -> str:
+        """The job's type, which chose the handler."""
+        job_type: str = self.job["type"]
+        return job_type
+
+    @property
+    def attempt(self) -> int:
+        """This try's number, 1 on the first (a release does not use one up)."""
+        attempt: int = self.job.get("attempt", self.job.get("attempts", 1))
+        return attempt
+
+    @property
+    def payload(self) -> Any:
+        """The job's payload, as enqueued."""
+        return self.job.get("payload")
+
+    @property
+    def lease_id(self) -> str | None:
+        """The lease this worker holds the job under."""
+        lease_id: str | None = self.job.get("lease_id")
+        return lease_id
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the job was cancelled while this handler ran (its task is cancelled too)."""
+        return self._cancelled
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the worker is shutting down: save a checkpoint and the job is handed back."""
+        return self._stopping
+
+    def mark_cancelled(self) -> None:
+        """Records that the service cancelled the job under this lease; ``cancelled`` turns true."""
+        self._cancelled = True
+
+    def mark_stopping(self) -> None:
+        """Records that the worker is stopping; ``stopping`` turns true."""
+        self._stopping = True
+
+    async def save_checkpoint(self, state: Any, progress: Any = None) -> None:
+        """Saves ``state`` (any JSON) as the job's checkpoint now, with the lease's ownership check.
+
+        The next attempt of the job (after a crash, a release or a lease expiry) receives it as
+        ``ctx.checkpoint``. Raises :class:`LeaseLost` when the lease is no longer held, and
+        :class:`StopRequested` after saving when the worker is stopping.
+        """
+        if self._saver is None:
+            self.checkpoint = state
+            if progress is not None:
+                self.progress = progress
+            return
+        await self._saver(state, progress)
