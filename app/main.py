@@ -10,20 +10,22 @@ from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from app.api import jobs, ops, workers
+from app.api import jobs, metrics, ops, workers
 from app.api.limits import BodyLimit
+from app.api.state import AppState, Runtime, app_state
 from app.db import async_url, create_engine
 from app.errors import install_error_handlers
 from app.maintenance.promoter import Promoter, PromoterConfig
 from app.maintenance.pruner import Pruner, PrunerConfig
 from app.maintenance.reaper import Reaper, ReaperConfig
-from app.maintenance.runner import MaintenanceRunner
-from app.queue.repository import BackoffPolicy, Repository
+from app.maintenance.runner import Loop, LoopRunner
+from app.queue.repository import Repository
 from app.queue.service import JobService
+from app.queue.types import BackoffPolicy
+from app.queue.waiters import WaiterHub
 from app.settings import Settings
 from app.wakeup.backstop import Backstop
 from app.wakeup.control import ControlChannel
-from app.wakeup.hub import WaiterHub
 
 API_DESCRIPTION = (
     "An HTTP job queue on PostgreSQL. Producers enqueue jobs; workers claim time-limited leases, "
@@ -40,7 +42,8 @@ def _require_url(settings: Settings) -> str:
     return settings.database_url
 
 
-def _repository(settings: Settings) -> Repository:
+def repository_for(settings: Settings) -> Repository:
+    """The repository with the backoff and error-history policy of these settings."""
     return Repository(
         backoff=BackoffPolicy(
             base_seconds=settings.backoff_base_seconds,
@@ -51,13 +54,53 @@ def _repository(settings: Settings) -> Repository:
     )
 
 
+def _loops(settings: Settings, service: JobService, hub: WaiterHub) -> list[Loop]:
+    """Every background loop of an instance: two on every instance, two on the leader only."""
+    loops: list[Loop] = [
+        Promoter(
+            service=service,
+            config=PromoterConfig(
+                interval_seconds=settings.promoter_interval_seconds,
+                batch_size=settings.promoter_batch_size,
+            ),
+        ),
+        Backstop(service=service, hub=hub, interval_seconds=settings.longpoll_backstop_seconds),
+    ]
+    if settings.maintenance_enabled:
+        loops += [
+            Reaper(
+                service=service,
+                config=ReaperConfig(
+                    interval_seconds=settings.reaper_interval_seconds,
+                    batch_size=settings.reaper_batch_size,
+                ),
+            ),
+            Pruner(
+                service=service,
+                config=PrunerConfig(
+                    interval_seconds=settings.pruner_interval_seconds,
+                    batch_size=settings.pruner_batch_size,
+                    succeeded_seconds=settings.retention_succeeded_seconds,
+                    cancelled_seconds=settings.retention_cancelled_seconds,
+                    dead_seconds=settings.retention_dead_seconds,
+                    throughput_seconds=settings.retention_throughput_seconds,
+                ),
+            ),
+        ]
+    return loops
+
+
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """Builds the pool, the control connection, the service and the maintenance loops; tears down."""
-    settings: Settings = app.state.settings
+    """Builds the pool, the control connection, the service and the loops; tears them down."""
+    state = app_state(app)
+    settings = state.settings
     url = _require_url(settings)
     engine = create_engine(
-        url, pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow
+        url,
+        pool_size=settings.db_pool_size,
+        max_overflow=settings.db_max_overflow,
+        pool_timeout=settings.db_pool_timeout_seconds,
     )
     # The control connection lives outside the pool: parked claims never hold a pooled one.
     control_engine = create_async_engine(
@@ -65,9 +108,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         poolclass=NullPool,
         connect_args={"server_settings": {"application_name": "jobq-control"}},
     )
-    # Reads and single statements need no BEGIN / COMMIT round trips.
-    autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
-    repository = _repository(settings)
+    repository = repository_for(settings)
     hub = WaiterHub()
     control = ControlChannel(
         engine=control_engine,
@@ -76,67 +117,45 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         coalesce_window=settings.notify_coalesce_seconds,
     )
     announce = control.announce if settings.wakeup_announce else _announce_nothing
-    app.state.hub = hub
-    app.state.control = control
-    app.state.service = JobService(
-        engine=engine, repository=repository, settings=settings, hub=hub, announce=announce
+    service = JobService(
+        engine=engine,
+        repository=repository,
+        max_attempts_default=settings.max_attempts_default,
+        lease_seconds_default=settings.lease_seconds_default,
+        hub=hub,
+        announce=announce,
+    )
+    runner = LoopRunner(
+        lead=control.lead,
+        loops=_loops(settings, service, hub),
+        election_interval=settings.election_interval_seconds,
+        stall_intervals=settings.loop_stall_intervals,
+        stall_min_seconds=settings.loop_stall_min_seconds,
     )
     loop = asyncio.get_running_loop()
-    # Called from the signal handler: parked claims answer at once instead of holding the exit.
-    app.state.begin_shutdown = lambda: loop.call_soon_threadsafe(hub.close)
 
-    backstop = Backstop(
-        engine=autocommit,
-        repository=repository,
+    def begin_shutdown() -> None:
+        loop.call_soon_threadsafe(hub.close)
+
+    state.runtime = Runtime(
+        service=service,
         hub=hub,
-        interval_seconds=settings.longpoll_backstop_seconds,
+        control=control,
+        runner=runner,
+        begin_shutdown=begin_shutdown,
     )
     control.start()
-    backstop.start()
     await control.wait_connected(CONTROL_CONNECT_WAIT_SECONDS)
-    runner: MaintenanceRunner | None = None
-    if settings.maintenance_enabled:
-        runner = MaintenanceRunner(
-            lead=control.lead,
-            loops=[
-                Reaper(
-                    engine=engine,
-                    repository=repository,
-                    config=ReaperConfig(
-                        interval_seconds=settings.reaper_interval_seconds,
-                        batch_size=settings.reaper_batch_size,
-                    ),
-                ),
-                Promoter(
-                    engine=autocommit,
-                    repository=repository,
-                    announce=announce,
-                    config=PromoterConfig(interval_seconds=settings.promoter_interval_seconds),
-                ),
-                Pruner(
-                    engine=engine,
-                    repository=repository,
-                    config=PrunerConfig(
-                        interval_seconds=settings.pruner_interval_seconds,
-                        succeeded_seconds=settings.retention_succeeded_seconds,
-                        cancelled_seconds=settings.retention_cancelled_seconds,
-                        dead_seconds=settings.retention_dead_seconds,
-                    ),
-                ),
-            ],
-        )
-        runner.start()
-    app.state.maintenance = runner
+    runner.start()
     try:
         yield
     finally:
         hub.close()
-        await backstop.stop()
-        if runner is not None:
-            await runner.stop()
+        await runner.stop()
         await control.stop()
         await control_engine.dispose()
         await engine.dispose()
+        state.runtime = None
 
 
 def _announce_nothing(queue: str, count: int) -> None:
@@ -146,11 +165,12 @@ def _announce_nothing(queue: str, count: int) -> None:
 def create_app(settings: Settings) -> FastAPI:
     """Builds the app for these settings; nothing is connected until the lifespan starts."""
     app = FastAPI(title="jobq", version="0.1.0", description=API_DESCRIPTION, lifespan=lifespan)
-    app.state.settings = settings
-    app.state.max_json_depth = settings.max_json_depth
+    state = AppState(settings=settings)
+    app.state.jobq = state
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_body_size=settings.max_body_bytes)
-    app.include_router(jobs.router)
-    app.include_router(workers.router)
+    app.include_router(jobs.build_router(settings))
+    app.include_router(workers.build_router(settings))
     app.include_router(ops.router)
+    app.include_router(metrics.build_router(state))
     return app

@@ -15,6 +15,8 @@ def alembic_config(database_url: str) -> Config:
     config = Config(str(PROJECT_ROOT / "alembic.ini"))
     config.set_main_option("script_location", str(PROJECT_ROOT / "alembic"))
     config.attributes["database_url"] = database_url
+    # The caller (jobq's CLI, the tests) has set up logging; alembic.ini's is for the alembic CLI.
+    config.attributes["skip_logging_config"] = True
     return config
 
 

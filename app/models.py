@@ -11,6 +11,8 @@ from sqlalchemy import (
     Identity,
     Index,
     Integer,
+    PrimaryKeyConstraint,
+    SmallInteger,
     Table,
     Text,
     text,
@@ -37,6 +39,8 @@ jobs = Table(
     Column("lease_seconds", Integer, nullable=False),
     # The lease length the current claim asked for: what a heartbeat extends by by default.
     Column("lease_granted_seconds", Integer, nullable=True),
+    # Which transition ended the current lease: a replay is honoured only as the same transition.
+    Column("lease_ended_by", Text, nullable=True),
     # Maximum run time of one attempt; heartbeats cannot extend a lease past it.
     Column("timeout_seconds", Integer, nullable=True),
     Column("idempotency_key", Text, nullable=True),
@@ -53,7 +57,17 @@ jobs = Table(
     Column("finished_at", DateTime(timezone=True), nullable=True),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     CheckConstraint(
-        "status IN ('pending', 'running', 'succeeded', 'dead', 'cancelled')", name="status"
+        "status IN ('pending', 'scheduled', 'running', 'succeeded', 'dead', 'cancelled')",
+        name="status",
+    ),
+    CheckConstraint(
+        "lease_ended_by IN ('complete', 'fail', 'release', 'cancel', 'expire', 'timeout')",
+        name="lease_ended_by",
+    ),
+    # The window of instants both PostgreSQL and Python hold (app/queue/bounds.py).
+    CheckConstraint(
+        "run_at >= '1970-01-01 00:00:00+00' AND run_at < '9000-01-01 00:00:00+00'",
+        name="run_at_window",
     ),
     CheckConstraint("attempts >= 0", name="attempts"),
     CheckConstraint("max_attempts >= 1", name="max_attempts"),
@@ -82,16 +96,25 @@ jobs = Table(
         "lease_expires_at",
         postgresql_where=text("status = 'running'"),
     ),
-    # The promoter's scan: pending jobs by due time, to announce delayed jobs as they come due.
-    Index("ix_jobs_pending_run_at", "run_at", postgresql_where=text("status = 'pending'")),
-    # The pruner's scan: finished jobs by age.
+    # The promoter's scan: scheduled jobs by due time, moved to pending as they come due.
+    Index("ix_jobs_scheduled_run_at", "run_at", postgresql_where=text("status = 'scheduled'")),
+    # The oldest pending job of a queue, for its age in GET /v1/queues.
     Index(
-        "ix_jobs_finished_at",
+        "ix_jobs_pending_queue_run_at",
+        "queue",
+        "run_at",
+        postgresql_where=text("status = 'pending'"),
+    ),
+    # The pruner's scan: finished jobs by state and age (each state has its own retention).
+    Index(
+        "ix_jobs_finished_status_finished_at",
+        "status",
         "finished_at",
         postgresql_where=text("status IN ('succeeded', 'cancelled', 'dead')"),
     ),
-    # Listing and counting per queue and state.
+    # Listings, newest first: per queue and state, and per queue, type and state.
     Index("ix_jobs_queue_status_id", "queue", "status", "id"),
+    Index("ix_jobs_queue_type_status_id", "queue", "type", "status", "id"),
 )
 
 queues = Table(
@@ -100,4 +123,29 @@ queues = Table(
     Column("name", Text, primary_key=True),
     Column("paused", Boolean, nullable=False, server_default=text("false")),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+)
+
+# Per-queue job counts per state, kept exact by triggers on jobs (migration 0006); each backend
+# adds to its own shard so concurrent statements do not wait on one row. Sum over shards to read.
+queue_counts = Table(
+    "queue_counts",
+    metadata,
+    Column("queue", Text, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("shard", SmallInteger, nullable=False),
+    Column("jobs", BigInteger, nullable=False),
+    PrimaryKeyConstraint("queue", "status", "shard"),
+)
+
+# Per-queue outcomes (succeeded, failed, dead, cancelled) per minute, kept by the same triggers.
+queue_throughput = Table(
+    "queue_throughput",
+    metadata,
+    Column("queue", Text, nullable=False),
+    Column("minute", DateTime(timezone=True), nullable=False),
+    Column("outcome", Text, nullable=False),
+    Column("shard", SmallInteger, nullable=False),
+    Column("jobs", BigInteger, nullable=False),
+    PrimaryKeyConstraint("queue", "minute", "outcome", "shard"),
+    Index("ix_queue_throughput_minute", "minute"),
 )

@@ -10,7 +10,7 @@ from types import FrameType
 import uvicorn
 from fastapi import FastAPI
 
-GRACEFUL_SHUTDOWN_SECONDS = 10
+from app.api.state import app_state
 
 
 class JobqServer(uvicorn.Server):
@@ -30,21 +30,21 @@ class JobqServer(uvicorn.Server):
     @classmethod
     def for_app(cls, app: FastAPI, *, log_level: str = "info") -> JobqServer:
         """A server for this app on the host and port of its settings."""
-        settings = app.state.settings
+        settings = app_state(app).settings
         config = uvicorn.Config(
             app,
             host=settings.host,
             port=settings.port,
             log_level=log_level,
-            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+            timeout_graceful_shutdown=int(settings.shutdown_grace_seconds),
         )
         return cls(config, app)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         """Releases parked claims (on the event loop), then starts uvicorn's shutdown."""
-        begin_shutdown = getattr(self.fastapi_app.state, "begin_shutdown", None)
-        if begin_shutdown is not None:
-            begin_shutdown()
+        runtime = app_state(self.fastapi_app).runtime
+        if runtime is not None:
+            runtime.begin_shutdown()
         super().handle_exit(sig, frame)
 
     @contextlib.contextmanager

@@ -1,11 +1,20 @@
-"""Service settings, read from the environment (prefix ``JOBQ_``; the database URL as ``DATABASE_URL``)."""
+"""Service settings, read from the environment (prefix ``JOBQ_``; the database URL as ``DATABASE_URL``).
+
+This class is the one source of every default and configurable limit: the loops' configs take
+their defaults from it (:func:`setting_default`), and the request models the API validates and
+documents in OpenAPI are built from an instance of it (``app/api/schemas.py``). What the storage
+itself cannot hold (column ranges, the window of instants) is in ``app/queue/bounds.py``.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from app.queue.bounds import BACKOFF_CAP_SECONDS_MAX, LEASE_SECONDS_MAX, MAX_ATTEMPTS_MAX
 
 
 class Settings(BaseSettings):
@@ -18,45 +27,161 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("DATABASE_URL", "JOBQ_DATABASE_URL"),
         description="PostgreSQL URL; unset means: start the embedded server under data_dir.",
     )
-    data_dir: Path = Path(".jobq")
-    host: str = "127.0.0.1"
-    port: int = Field(default=8000, ge=0, le=65535)
+    data_dir: Path = Field(
+        default=Path(".jobq"), description="Where the embedded server keeps its data (pgdata/)."
+    )
+    host: str = Field(default="127.0.0.1", description="Listen address (also --host).")
+    port: int = Field(default=8000, ge=0, le=65535, description="Listen port (also --port).")
 
-    db_pool_size: int = Field(default=10, ge=1, le=200)
-    db_max_overflow: int = Field(default=0, ge=0, le=200)
+    db_pool_size: int = Field(
+        default=10, ge=1, le=200, description="Pooled connections (plus one control connection)."
+    )
+    db_max_overflow: int = Field(
+        default=0, ge=0, le=200, description="Extra connections opened under load, then closed."
+    )
+    db_pool_timeout_seconds: float = Field(
+        default=10, gt=0, le=300, description="How long a request waits for a free connection."
+    )
+    shutdown_grace_seconds: float = Field(
+        default=10, ge=0, le=3600, description="How long open requests may finish after SIGTERM."
+    )
 
-    max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
-    max_json_depth: int = Field(default=64, ge=2, le=500)
+    # Requests.
+    max_body_bytes: int = Field(
+        default=1024 * 1024, ge=1024, description="Largest request body (413 beyond)."
+    )
+    max_json_depth: int = Field(default=64, ge=2, le=500, description="Deepest JSON nesting.")
+    claim_max_jobs: int = Field(default=100, ge=1, le=1000, description="Jobs per claim.")
+    batch_max_jobs: int = Field(default=1000, ge=1, le=10000, description="Jobs per batch enqueue.")
+    lease_batch_max: int = Field(
+        default=1000,
+        ge=1,
+        le=10000,
+        description="Leases per heartbeat / complete / fail / release.",
+    )
+    list_max_limit: int = Field(default=500, ge=1, le=10000, description="Jobs per listing page.")
+    longpoll_max_wait_seconds: float = Field(
+        default=20, ge=0, le=60, description="Longest wait_seconds a claim may ask for."
+    )
+    checkpoint_max_bytes: int = Field(
+        default=256 * 1024, ge=1024, le=64 * 1024 * 1024, description="Largest checkpoint (JSON)."
+    )
+    progress_max_bytes: int = Field(
+        default=16 * 1024, ge=256, le=1024 * 1024, description="Largest progress value (JSON)."
+    )
 
-    lease_seconds_default: int = Field(default=30, ge=1, le=43200)
-    max_attempts_default: int = Field(default=10, ge=1, le=1000)
-    backoff_base_seconds: float = Field(default=1.0, gt=0)
-    backoff_cap_seconds: float = Field(default=3600.0, gt=0)
-    errors_kept: int = Field(default=20, ge=1, le=1000)
-    error_text_max_chars: int = Field(default=4000, ge=100)
+    # Jobs.
+    lease_seconds_default: int = Field(
+        default=30,
+        ge=1,
+        le=LEASE_SECONDS_MAX,
+        description="Lease when neither job nor claim names one.",
+    )
+    max_attempts_default: int = Field(
+        default=10, ge=1, le=MAX_ATTEMPTS_MAX, description="Attempts before a job is dead."
+    )
+    backoff_base_seconds: float = Field(
+        default=1.0,
+        gt=0,
+        le=BACKOFF_CAP_SECONDS_MAX,
+        description="Retry delay ceiling after attempt 1; doubles each attempt.",
+    )
+    backoff_cap_seconds: float = Field(
+        default=3600.0, gt=0, le=BACKOFF_CAP_SECONDS_MAX, description="Largest retry delay ceiling."
+    )
+    errors_kept: int = Field(default=20, ge=1, le=1000, description="Error history kept per job.")
+    error_text_max_chars: int = Field(
+        default=4000, ge=100, le=1_000_000, description="Each kept error is cut to this length."
+    )
 
-    claim_max_jobs: int = Field(default=100, ge=1, le=1000)
-    batch_max_jobs: int = Field(default=1000, ge=1, le=10000)
-    list_max_limit: int = Field(default=500, ge=1, le=10000)
-
-    longpoll_backstop_seconds: float = Field(default=1.0, gt=0, le=20)
-    notify_coalesce_seconds: float = Field(default=0.005, ge=0, le=1)
+    # Long polling.
+    longpoll_backstop_seconds: float = Field(
+        default=1.0, gt=0, le=20, description="How often parked claims' queues are re-checked."
+    )
+    notify_coalesce_seconds: float = Field(
+        default=0.005, ge=0, le=1, description="Window in which cross-instance wake-ups merge."
+    )
     wakeup_announce: bool = Field(
         default=True, description="Wake waiters after commits (off only to measure its cost)."
     )
-    promoter_interval_seconds: float = Field(default=0.05, gt=0, le=10)
 
-    retention_succeeded_seconds: float = Field(default=7 * 24 * 3600, ge=0)
-    retention_cancelled_seconds: float = Field(default=7 * 24 * 3600, ge=0)
-    retention_dead_seconds: float = Field(default=30 * 24 * 3600, ge=0)
-    pruner_interval_seconds: float = Field(default=60, gt=0)
-
-    maintenance_enabled: bool = True
-    reaper_interval_seconds: float = Field(default=1.0, gt=0)
-    reaper_batch_size: int = Field(default=500, ge=1, le=10000)
+    # Background loops.
+    maintenance_enabled: bool = Field(
+        default=True, description="Take part in the election for the reaper and the pruner."
+    )
+    election_interval_seconds: float = Field(
+        default=1.0, gt=0, le=60, description="How often a follower asks for the leader lock."
+    )
+    reaper_interval_seconds: float = Field(
+        default=1.0, gt=0, description="How often expired leases are reaped (leader only)."
+    )
+    reaper_batch_size: int = Field(
+        default=500, ge=1, le=10000, description="Leases per reap batch."
+    )
+    promoter_interval_seconds: float = Field(
+        default=0.05,
+        gt=0,
+        le=10,
+        description="How often scheduled jobs that came due become pending.",
+    )
+    promoter_batch_size: int = Field(
+        default=1000, ge=1, le=10000, description="Jobs per promotion batch."
+    )
+    pruner_interval_seconds: float = Field(
+        default=60,
+        gt=0,
+        description="How often finished jobs past retention are deleted (leader only).",
+    )
+    pruner_batch_size: int = Field(
+        default=1000, ge=1, le=10000, description="Jobs per prune batch."
+    )
+    retention_succeeded_seconds: float = Field(
+        default=7 * 24 * 3600,
+        ge=0,
+        description="How long succeeded jobs (and their idempotency keys) are kept.",
+    )
+    retention_cancelled_seconds: float = Field(
+        default=7 * 24 * 3600, ge=0, description="How long cancelled jobs are kept."
+    )
+    retention_dead_seconds: float = Field(
+        default=30 * 24 * 3600, ge=0, description="How long dead jobs are kept."
+    )
+    retention_throughput_seconds: float = Field(
+        default=2 * 3600, ge=3600, description="How long per-minute outcome counts are kept."
+    )
+    loop_stall_intervals: float = Field(
+        default=3, ge=1, description="A loop not done with a batch for this many intervals..."
+    )
+    loop_stall_min_seconds: float = Field(
+        default=10, gt=0, description="...and at least this long is stalled: /readyz fails."
+    )
 
     @model_validator(mode="after")
     def _backoff_cap_not_below_base(self) -> Settings:
         if self.backoff_cap_seconds < self.backoff_base_seconds:
             raise ValueError("backoff_cap_seconds must be >= backoff_base_seconds")
         return self
+
+
+def setting_default(name: str) -> Any:
+    """The default of one setting: what a loop's config uses when it is built without settings."""
+    return Settings.model_fields[name].default
+
+
+def _env_name(name: str) -> str:
+    field = Settings.model_fields[name]
+    alias = field.validation_alias
+    if isinstance(alias, AliasChoices):
+        return str(alias.choices[0])
+    return f"JOBQ_{name.upper()}"
+
+
+def settings_table() -> str:
+    """The README's table of every setting: environment variable, default, meaning."""
+    lines = ["| variable | default | meaning |", "|---|---|---|"]
+    for name, field in Settings.model_fields.items():
+        default = field.default
+        shown = "unset" if default is None else f"`{default}`"
+        meaning = (field.description or "").replace("|", "\\|")
+        lines.append(f"| `{_env_name(name)}` | {shown} | {meaning} |")
+    return "\n".join(lines)

@@ -119,7 +119,15 @@ class ChildProcess:
 class JobqServer(ChildProcess):
     """A ``jobq serve`` process on a free port."""
 
-    def __init__(self, *, name: str, port: int, env: Mapping[str, str], log_path: Path) -> None:
+    def __init__(
+        self,
+        *,
+        name: str,
+        port: int,
+        env: Mapping[str, str],
+        log_path: Path,
+        extra_args: Sequence[str] = (),
+    ) -> None:
         argv = [
             sys.executable,
             "-m",
@@ -129,6 +137,7 @@ class JobqServer(ChildProcess):
             "127.0.0.1",
             "--port",
             str(port),
+            *extra_args,
         ]
         super().__init__(name=name, argv=argv, env=env, log_path=log_path)
         self.port = port

@@ -6,13 +6,20 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from app.api.state import Runtime as AppRuntime
+from app.api.state import app_state
 from app.queue.service import JobService
 
 
+async def get_runtime(request: Request) -> AppRuntime:
+    """What the lifespan built (async: no threadpool hop per request)."""
+    return app_state(request.app).running()
+
+
 async def get_service(request: Request) -> JobService:
-    """The app's job service, built by the lifespan (async: no threadpool hop per request)."""
-    service: JobService = request.app.state.service
-    return service
+    """The app's job service."""
+    return app_state(request.app).running().service
 
 
 Service = Annotated[JobService, Depends(get_service)]
+Runtime = Annotated[AppRuntime, Depends(get_runtime)]

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from app.api.deps import Service
+from app.api.deps import Runtime, Service
+from app.api.schemas import (
+    Health,
+    QueueList,
+    QueueName,
+    QueueState,
+    QueueStats,
+    WorkerInfo,
+    WorkerList,
+)
 from app.api.strict_json import StrictJSONRoute
-from app.errors import PROBLEM, DatabaseUnavailable
-from app.schemas import Health, QueueList, QueueName, QueueState, QueueStats, WorkerInfo, WorkerList
+from app.errors import PROBLEM, DatabaseUnavailable, NotReady
 
 router = APIRouter(tags=["ops"], route_class=StrictJSONRoute)
 
@@ -45,10 +53,15 @@ async def healthz() -> Health:
 
 
 @router.get("/readyz", response_model=Health, responses={503: PROBLEM})
-async def readyz(service: Service) -> Health:
-    """The process can serve: the database answers."""
+async def readyz(runtime: Runtime) -> Health:
+    """The process can serve: the database answers and no background loop it runs has stalled."""
     try:
-        await service.ping()
+        await runtime.service.ping()
     except (OSError, TimeoutError) as exc:
         raise DatabaseUnavailable(f"database unreachable: {exc}") from exc
+    stalled = runtime.runner.stalled()
+    if stalled:
+        raise NotReady(
+            "background loops have not finished a batch in time: " + ", ".join(sorted(stalled))
+        )
     return Health(status="ok")

@@ -1,10 +1,17 @@
-"""Request and response bodies of the HTTP API (pydantic v2); unknown fields are rejected."""
+"""Request and response bodies of the HTTP API (pydantic v2); unknown fields are rejected.
+
+The request models here carry the bounds the storage holds (``app/queue/bounds.py``). Limits a
+deployment may change (jobs per claim, leases per call, checkpoint size, ...) come from
+``Settings``: each router subclasses these models with the values in force when the app is
+built, so validation and the OpenAPI document show the same numbers.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -18,12 +25,27 @@ from pydantic import (
     model_validator,
 )
 
-from app.queue.states import VisibleStatus
+from app.queue.bounds import (
+    DELAY_SECONDS_MAX,
+    LEASE_SECONDS_MAX,
+    MAX_ATTEMPTS_MAX,
+    MAX_BIGINT,
+    MAX_INT4,
+    MIN_INT4,
+    RETRY_DELAY_SECONDS_MAX,
+    TIMEOUT_SECONDS_MAX,
+    instant_in_window,
+)
+from app.queue.states import JobStatus
+from app.queue.types import JobRow, NewJob
 
-MAX_BIGINT = 2**63 - 1
-MAX_INT = 2**31 - 1
-TEN_YEARS_SECONDS = 10 * 366 * 24 * 3600
-THIRTY_DAYS_SECONDS = 30 * 24 * 3600
+
+def _in_window(value: datetime | None) -> datetime | None:
+    # Checked in UTC, but the value stays as sent: the idempotency fingerprint hashes it as is.
+    if value is not None:
+        instant_in_window(value)
+    return value
+
 
 QueueName = Annotated[
     str,
@@ -34,31 +56,28 @@ JobType = Annotated[str, StringConstraints(min_length=1, max_length=255)]
 WorkerId = Annotated[str, StringConstraints(min_length=1, max_length=255)]
 IdempotencyKey = Annotated[str, StringConstraints(min_length=1, max_length=255)]
 JobId = Annotated[int, Field(ge=1, le=MAX_BIGINT)]
-LeaseSeconds = Annotated[int, Field(ge=1, le=43200, description="Lease length, 1 s to 12 h.")]
+LeaseSeconds = Annotated[
+    int, Field(ge=1, le=LEASE_SECONDS_MAX, description=f"Lease length, 1 to {LEASE_SECONDS_MAX} s.")
+]
+Instant = Annotated[
+    datetime,
+    AfterValidator(_in_window),
+    Field(
+        description="An instant from 1970-01-01T00:00:00Z up to (not including) "
+        "9000-01-01T00:00:00Z, checked in UTC; a time without zone is UTC."
+    ),
+]
 
-MAX_CHECKPOINT_BYTES = 256 * 1024
-MAX_PROGRESS_BYTES = 16 * 1024
 
+def json_size_at_most(limit: int) -> Callable[[Any], Any]:
+    """A validator refusing JSON values longer than ``limit`` bytes once encoded."""
 
-def _json_size_at_most(limit: int) -> Callable[[Any], Any]:
     def check(value: Any) -> Any:
         if value is not None and len(json.dumps(value, separators=(",", ":"))) > limit:
             raise ValueError(f"must be at most {limit} bytes of JSON")
         return value
 
     return check
-
-
-Checkpoint = Annotated[
-    JsonValue,
-    AfterValidator(_json_size_at_most(MAX_CHECKPOINT_BYTES)),
-    Field(description="Any JSON, at most 256 KiB; saved under the lease check."),
-]
-Progress = Annotated[
-    JsonValue,
-    AfterValidator(_json_size_at_most(MAX_PROGRESS_BYTES)),
-    Field(description='Any JSON, at most 16 KiB, e.g. {"done": 8, "total": 20}.'),
-]
 
 
 class StrictModel(BaseModel):
@@ -73,30 +92,30 @@ class EnqueueRequest(StrictModel):
     queue: QueueName = "default"
     type: JobType
     payload: JsonValue = None
-    priority: int = Field(default=0, ge=-MAX_INT - 1, le=MAX_INT, description="Higher runs first.")
-    run_at: datetime | None = Field(
-        default=None, description="When the job becomes due; a time without zone is UTC."
-    )
+    priority: int = Field(default=0, ge=MIN_INT4, le=MAX_INT4, description="Higher runs first.")
+    run_at: Instant | None = Field(default=None, description="When the job becomes due.")
     delay_seconds: float | None = Field(
         default=None,
         ge=0,
-        le=TEN_YEARS_SECONDS,
+        le=DELAY_SECONDS_MAX,
         allow_inf_nan=False,
         description="Due this many seconds after the database's now(); exclusive with run_at.",
     )
-    max_attempts: int | None = Field(default=None, ge=1, le=1000)
+    max_attempts: int | None = Field(default=None, ge=1, le=MAX_ATTEMPTS_MAX)
     lease_seconds: LeaseSeconds | None = Field(
         default=None, description="Default lease for claims of this job."
     )
     idempotency_key: IdempotencyKey | None = Field(
-        default=None, description="Per queue; may also come as the Idempotency-Key header."
+        default=None,
+        description="Per queue; may also come as the Idempotency-Key header. Remembered as long "
+        "as its job is kept: once the pruner deletes the job, the key may be used again.",
     )
     timeout_seconds: int | None = Field(
         default=None,
         ge=1,
-        le=604800,
-        description="Maximum run time of one attempt; heartbeats cannot extend a lease past it, "
-        "and the attempt then counts as failed.",
+        le=TIMEOUT_SECONDS_MAX,
+        description="Maximum run time of one attempt: no lease reaches past it, and a heartbeat, "
+        "complete, fail or release after it answers timed_out; the attempt counts as failed.",
     )
 
     @model_validator(mode="after")
@@ -106,19 +125,43 @@ class EnqueueRequest(StrictModel):
         return self
 
 
+def request_fingerprint(request: EnqueueRequest) -> str:
+    """A stable hash of an enqueue request (without its key), to tell a replay from a reuse."""
+    body = request.model_dump(mode="json", exclude={"idempotency_key"})
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def new_job(request: EnqueueRequest) -> NewJob:
+    """The queue core's view of an enqueue request."""
+    return NewJob(
+        queue=request.queue,
+        type=request.type,
+        payload=request.payload,
+        priority=request.priority,
+        run_at=request.run_at,
+        delay_seconds=request.delay_seconds,
+        max_attempts=request.max_attempts,
+        lease_seconds=request.lease_seconds,
+        timeout_seconds=request.timeout_seconds,
+        idempotency_key=request.idempotency_key,
+        fingerprint=request_fingerprint(request) if request.idempotency_key else None,
+    )
+
+
 class EnqueueBatchRequest(StrictModel):
     """Jobs to enqueue in one transaction, all or nothing."""
 
-    jobs: list[EnqueueRequest] = Field(min_length=1, max_length=1000)
+    jobs: list[EnqueueRequest] = Field(min_length=1)
 
 
 class Job(BaseModel):
-    """A job as the API shows it; ``status`` is ``scheduled`` while pending with ``run_at`` ahead."""
+    """A job as the API shows it."""
 
     id: int
     queue: str
     type: str
-    status: VisibleStatus
+    status: JobStatus
     payload: JsonValue
     priority: int
     attempts: int
@@ -142,6 +185,11 @@ class Job(BaseModel):
     updated_at: datetime
 
 
+def job_from_row(row: JobRow) -> dict[str, Any]:
+    """Maps a jobs row to the ``Job`` fields."""
+    return {name: row[name] for name in Job.model_fields}
+
+
 class JobBatch(BaseModel):
     """Jobs answered in the order they were sent."""
 
@@ -160,14 +208,13 @@ class ClaimRequest(StrictModel):
 
     worker_id: WorkerId
     queues: list[QueueName] = Field(min_length=1, max_length=100)
-    max_jobs: int = Field(default=1, ge=1, le=100)
+    max_jobs: int = Field(default=1, ge=1)
     lease_seconds: LeaseSeconds | None = Field(
         default=None, description="Lease for these claims; default: each job's own."
     )
     wait_seconds: float = Field(
         default=0,
         ge=0,
-        le=20,
         allow_inf_nan=False,
         description="Long-poll up to this long when nothing is due.",
     )
@@ -198,8 +245,8 @@ class HeartbeatItem(LeaseRef):
     lease_seconds: LeaseSeconds | None = Field(
         default=None, description="Extend to now() + this; default: the lease the claim asked for."
     )
-    checkpoint: Checkpoint = None
-    progress: Progress = None
+    checkpoint: JsonValue = None
+    progress: JsonValue = None
 
 
 class CompleteItem(LeaseRef):
@@ -211,55 +258,64 @@ class CompleteItem(LeaseRef):
 class FailItem(LeaseRef):
     """Fails one attempt; retried after a backoff unless not retryable or out of attempts."""
 
-    error: str = Field(default="", max_length=65536)
+    error: str = Field(default="", description="Kept cut to the service's error_text_max_chars.")
     retryable: bool = True
     retry_after_seconds: float | None = Field(
-        default=None, ge=0, le=THIRTY_DAYS_SECONDS, allow_inf_nan=False
+        default=None,
+        ge=0,
+        le=RETRY_DELAY_SECONDS_MAX,
+        allow_inf_nan=False,
+        description="Retry after exactly this long (0: at once) instead of the backoff.",
     )
-    checkpoint: Checkpoint = None
+    checkpoint: JsonValue = None
 
 
 class ReleaseItem(LeaseRef):
     """Gives one held job back without charging the attempt."""
 
-    delay_seconds: float = Field(default=0, ge=0, le=THIRTY_DAYS_SECONDS, allow_inf_nan=False)
-    checkpoint: Checkpoint = None
+    delay_seconds: float = Field(default=0, ge=0, le=RETRY_DELAY_SECONDS_MAX, allow_inf_nan=False)
+    checkpoint: JsonValue = None
 
 
 class HeartbeatRequest(StrictModel):
     """Heartbeats for every lease a worker holds, in one call."""
 
     worker_id: WorkerId
-    leases: list[HeartbeatItem] = Field(min_length=1, max_length=1000)
+    leases: Sequence[HeartbeatItem] = Field(min_length=1)
 
 
 class CompleteRequest(StrictModel):
     """Completions, per lease."""
 
     worker_id: WorkerId
-    leases: list[CompleteItem] = Field(min_length=1, max_length=1000)
+    leases: Sequence[CompleteItem] = Field(min_length=1)
 
 
 class FailRequest(StrictModel):
     """Failures, per lease."""
 
     worker_id: WorkerId
-    leases: list[FailItem] = Field(min_length=1, max_length=1000)
+    leases: Sequence[FailItem] = Field(min_length=1)
 
 
 class ReleaseRequest(StrictModel):
     """Releases, per lease."""
 
     worker_id: WorkerId
-    leases: list[ReleaseItem] = Field(min_length=1, max_length=1000)
+    leases: Sequence[ReleaseItem] = Field(min_length=1)
 
 
 class LeaseResult(BaseModel):
-    """The verdict for one lease: held and done (``ok``), or ``lease_lost``."""
+    """The verdict for one lease: held and done (``ok``), or ``lease_lost``.
+
+    A call repeated with the same lease answers ``ok`` only when it is the same transition that
+    ended the lease (a second complete after a complete); any other call after the lease ended
+    answers ``lease_lost``.
+    """
 
     job_id: int
     ok: bool
-    status: str | None = Field(default=None, description="The job's state after the call.")
+    status: JobStatus | None = Field(default=None, description="The job's state after the call.")
     error: Literal["lease_lost"] | None = None
     cancelled: bool = Field(default=False, description="The job was cancelled under this lease.")
     timed_out: bool = Field(
@@ -287,7 +343,9 @@ class QueueStats(BaseModel):
     dead: int
     cancelled: int
     oldest_pending_age_seconds: float | None
-    succeeded_last_minute: int
+    succeeded_last_minute: int = Field(
+        description="Jobs that succeeded in the last 60 s, estimated from per-minute counts."
+    )
 
 
 class QueueList(BaseModel):
@@ -323,13 +381,3 @@ class Health(BaseModel):
     """Liveness or readiness."""
 
     status: Literal["ok"]
-
-
-def job_from_row(row: Any) -> dict[str, Any]:
-    """Maps a jobs row (with ``db_now``) to the ``Job`` fields, deriving ``scheduled``."""
-    data = {name: row[name] for name in Job.model_fields if name != "status"}
-    status = row["status"]
-    if status == "pending" and row["run_at"] > row["db_now"]:
-        status = "scheduled"
-    data["status"] = status
-    return data

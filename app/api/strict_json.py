@@ -16,8 +16,11 @@ from fastapi import Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 
+from app.api.state import app_state
+from app.settings import setting_default
+
 # Depth is checked on the parsed value; this bounds the recursion of the parser itself first.
-_MAX_DEPTH_DEFAULT = 64
+_MAX_DEPTH_DEFAULT: int = setting_default("max_json_depth")
 
 
 class _Rejected(ValueError):
@@ -108,7 +111,7 @@ class StrictJSONRequest(Request):
 
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
-            max_depth = getattr(self.app.state, "max_json_depth", _MAX_DEPTH_DEFAULT)
+            max_depth = app_state(self.app).settings.max_json_depth
             self._json = parse_strict_json(await self.body(), max_depth=max_depth)
         return self._json
 

@@ -1,32 +1,31 @@
 """Worker endpoints: claim leases, then heartbeat / complete / fail / release them, per item."""
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` here: the endpoints are annotated with request models
+# built for the app's settings inside build_router, which FastAPI must see as classes.
 
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
+from typing import Annotated
 
 from fastapi import APIRouter, Request
+from pydantic import AfterValidator, Field, JsonValue
 
+from app.api import schemas as wire
 from app.api.deps import Service
-from app.api.strict_json import StrictJSONRoute
-from app.errors import PROBLEM
-from app.queue.repository import LeaseOutcome
-from app.schemas import (
+from app.api.schemas import (
     ClaimedJob,
-    ClaimRequest,
     ClaimResponse,
-    CompleteRequest,
-    FailRequest,
-    HeartbeatRequest,
     LeaseResult,
     LeaseResults,
-    ReleaseRequest,
     StrictModel,
     job_from_row,
+    json_size_at_most,
 )
-
-router = APIRouter(prefix="/v1", tags=["workers"], route_class=StrictJSONRoute)
+from app.api.strict_json import StrictJSONRoute
+from app.errors import PROBLEM
+from app.queue.types import LeaseOutcome
+from app.settings import Settings
 
 
 def _results(outcomes: Sequence[LeaseOutcome]) -> LeaseResults:
@@ -72,66 +71,115 @@ async def _client_gone(request: Request) -> AsyncIterator[asyncio.Event]:
             await watcher
 
 
-@router.post("/claim", response_model=ClaimResponse, responses={422: PROBLEM})
-async def claim(body: ClaimRequest, service: Service, request: Request) -> ClaimResponse:
-    """Leases up to ``max_jobs`` due jobs; each comes with ``lease_id``, ``attempt`` and ``checkpoint``.
+def build_router(settings: Settings) -> APIRouter:
+    """The worker routes, validating against this app's limits (and documenting them)."""
+    router = APIRouter(prefix="/v1", tags=["workers"], route_class=StrictJSONRoute)
+    per_call = settings.lease_batch_max
+    checkpoint_bytes = settings.checkpoint_max_bytes
+    Checkpoint = Annotated[
+        JsonValue,
+        AfterValidator(json_size_at_most(checkpoint_bytes)),
+        Field(description=f"Any JSON, at most {checkpoint_bytes} bytes; saved under the lease."),
+    ]
+    Progress = Annotated[
+        JsonValue,
+        AfterValidator(json_size_at_most(settings.progress_max_bytes)),
+        Field(
+            description=f"Any JSON, at most {settings.progress_max_bytes} bytes, "
+            'e.g. {"done": 8, "total": 20}.'
+        ),
+    ]
 
-    With ``wait_seconds`` > 0 the call long-polls: it answers as soon as a job it can take
-    exists, or with an empty list when the wait ends (or the instance shuts down).
-    """
-    async with contextlib.AsyncExitStack() as stack:
-        # Only a claim that may wait needs to notice the client leaving.
-        gone = await stack.enter_async_context(_client_gone(request)) if body.wait_seconds else None
-        rows = await service.claim(
-            worker_id=body.worker_id,
-            queues=body.queues,
-            max_jobs=body.max_jobs,
-            lease_seconds=body.lease_seconds,
-            wait_seconds=body.wait_seconds,
-            stop=gone,
+    # Named as on the wire: OpenAPI names its components after these classes.
+    class ClaimRequest(wire.ClaimRequest):
+        __doc__ = wire.ClaimRequest.__doc__
+        max_jobs: int = Field(default=1, ge=1, le=settings.claim_max_jobs)
+        wait_seconds: float = Field(
+            default=0,
+            ge=0,
+            le=settings.longpoll_max_wait_seconds,
+            allow_inf_nan=False,
+            description="Long-poll up to this long when nothing is due.",
         )
-    return ClaimResponse(
-        jobs=[
-            ClaimedJob.model_validate({**job_from_row(r), "attempt": r["attempts"]}) for r in rows
-        ]
-    )
 
+    class HeartbeatItem(wire.HeartbeatItem):
+        __doc__ = wire.HeartbeatItem.__doc__
+        checkpoint: Checkpoint = None
+        progress: Progress = None
 
-@router.post("/heartbeat", response_model=LeaseResults, responses={422: PROBLEM})
-async def heartbeat(body: HeartbeatRequest, service: Service) -> LeaseResults:
-    """Extends leases, saving checkpoint and progress under the ownership check."""
-    return _results(
-        await service.lease_call(
-            service.repo.job_heartbeat, worker_id=body.worker_id, items=_items(body.leases)
+    class FailItem(wire.FailItem):
+        __doc__ = wire.FailItem.__doc__
+        checkpoint: Checkpoint = None
+
+    class ReleaseItem(wire.ReleaseItem):
+        __doc__ = wire.ReleaseItem.__doc__
+        checkpoint: Checkpoint = None
+
+    class HeartbeatRequest(wire.HeartbeatRequest):
+        __doc__ = wire.HeartbeatRequest.__doc__
+        leases: Sequence[HeartbeatItem] = Field(min_length=1, max_length=per_call)
+
+    class CompleteRequest(wire.CompleteRequest):
+        __doc__ = wire.CompleteRequest.__doc__
+        leases: Sequence[wire.CompleteItem] = Field(min_length=1, max_length=per_call)
+
+    class FailRequest(wire.FailRequest):
+        __doc__ = wire.FailRequest.__doc__
+        leases: Sequence[FailItem] = Field(min_length=1, max_length=per_call)
+
+    class ReleaseRequest(wire.ReleaseRequest):
+        __doc__ = wire.ReleaseRequest.__doc__
+        leases: Sequence[ReleaseItem] = Field(min_length=1, max_length=per_call)
+
+    @router.post("/claim", response_model=ClaimResponse, responses={422: PROBLEM})
+    async def claim(body: ClaimRequest, service: Service, request: Request) -> ClaimResponse:
+        """Leases up to ``max_jobs`` due jobs; each comes with ``lease_id``, ``attempt`` and ``checkpoint``.
+
+        With ``wait_seconds`` > 0 the call long-polls: it answers as soon as a job it can take
+        exists, or with an empty list when the wait ends (or the instance shuts down).
+        """
+        async with contextlib.AsyncExitStack() as stack:
+            # Only a claim that may wait needs to notice the client leaving.
+            gone = (
+                await stack.enter_async_context(_client_gone(request))
+                if body.wait_seconds
+                else None
+            )
+            rows = await service.claim(
+                worker_id=body.worker_id,
+                queues=body.queues,
+                max_jobs=body.max_jobs,
+                lease_seconds=body.lease_seconds,
+                wait_seconds=body.wait_seconds,
+                stop=gone,
+            )
+        return ClaimResponse(
+            jobs=[
+                ClaimedJob.model_validate({**job_from_row(r), "attempt": r["attempts"]})
+                for r in rows
+            ]
         )
-    )
 
-
-@router.post("/complete", response_model=LeaseResults, responses={422: PROBLEM})
-async def complete(body: CompleteRequest, service: Service) -> LeaseResults:
-    """Completes held jobs; a repeat with the same lease answers the same success."""
-    return _results(
-        await service.lease_call(
-            service.repo.job_complete, worker_id=body.worker_id, items=_items(body.leases)
+    @router.post("/heartbeat", response_model=LeaseResults, responses={422: PROBLEM})
+    async def heartbeat(body: HeartbeatRequest, service: Service) -> LeaseResults:
+        """Extends leases, saving checkpoint and progress under the ownership check."""
+        return _results(
+            await service.heartbeat(worker_id=body.worker_id, items=_items(body.leases))
         )
-    )
 
+    @router.post("/complete", response_model=LeaseResults, responses={422: PROBLEM})
+    async def complete(body: CompleteRequest, service: Service) -> LeaseResults:
+        """Completes held jobs; a repeated complete with the same lease answers the same success."""
+        return _results(await service.complete(worker_id=body.worker_id, items=_items(body.leases)))
 
-@router.post("/fail", response_model=LeaseResults, responses={422: PROBLEM})
-async def fail(body: FailRequest, service: Service) -> LeaseResults:
-    """Fails attempts: retried after backoff (or ``retry_after_seconds``), or dead."""
-    return _results(
-        await service.lease_call(
-            service.repo.job_fail, worker_id=body.worker_id, items=_items(body.leases)
-        )
-    )
+    @router.post("/fail", response_model=LeaseResults, responses={422: PROBLEM})
+    async def fail(body: FailRequest, service: Service) -> LeaseResults:
+        """Fails attempts: retried after backoff (or ``retry_after_seconds``), or dead."""
+        return _results(await service.fail(worker_id=body.worker_id, items=_items(body.leases)))
 
+    @router.post("/release", response_model=LeaseResults, responses={422: PROBLEM})
+    async def release(body: ReleaseRequest, service: Service) -> LeaseResults:
+        """Gives held jobs back to pending without charging the attempt, keeping the checkpoint."""
+        return _results(await service.release(worker_id=body.worker_id, items=_items(body.leases)))
 
-@router.post("/release", response_model=LeaseResults, responses={422: PROBLEM})
-async def release(body: ReleaseRequest, service: Service) -> LeaseResults:
-    """Gives held jobs back to pending without charging the attempt, keeping the checkpoint."""
-    return _results(
-        await service.lease_call(
-            service.repo.job_release, worker_id=body.worker_id, items=_items(body.leases)
-        )
-    )
+    return router

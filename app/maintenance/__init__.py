@@ -1,1 +1,1 @@
-"""Background maintenance: one class per loop, run by one shared supervisor on the elected leader."""
+"""Background loops (reaper, pruner, promoter) and the runner that supervises them."""

@@ -1,68 +1,62 @@
-"""The promoter: announces queues whose delayed jobs (and retries after backoff) just came due."""
+"""The promoter: scheduled jobs (delayed, retrying after a backoff) become pending as they come due."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+from app.queue.service import JobService
+from app.settings import setting_default
 
-from app.queue.repository import Repository
-
-PROMOTER_INTERVAL_DEFAULT = 0.05
+PROMOTER_INTERVAL_DEFAULT: float = setting_default("promoter_interval_seconds")
+PROMOTER_BATCH_SIZE_DEFAULT: int = setting_default("promoter_batch_size")
 
 
 @dataclass(frozen=True)
 class PromoterConfig:
-    """How often the promoter looks for jobs that came due."""
+    """How often the promoter looks for scheduled jobs that came due, and how many one batch moves."""
 
     interval_seconds: float = PROMOTER_INTERVAL_DEFAULT
+    batch_size: int = PROMOTER_BATCH_SIZE_DEFAULT
 
     def __post_init__(self) -> None:
         if not 0 < self.interval_seconds <= 10:
             raise ValueError("interval_seconds must be within (0, 10]")
+        if not 1 <= self.batch_size <= 10_000:
+            raise ValueError("batch_size must be within 1..10000")
 
 
 class Promoter:
-    """Each run finds pending jobs whose ``run_at`` passed since the last run and announces their queues.
+    """Moves due scheduled jobs to pending in bounded batches and announces their queues.
 
-    It keeps a watermark (the database's ``now()`` of the previous run), so each check reads only
-    the jobs that came due in between, through ``ix_jobs_pending_run_at``. A waiting claim thus gets
-    a delayed job within about one interval of its ``run_at``; the waiters' one-second backstop
-    covers anything this misses (a leader change, a late commit).
+    Jobs waiting for their time are kept out of the claim index (state ``scheduled``), so they
+    cost a claim nothing; this loop moves them in as they come due, through
+    ``ix_jobs_scheduled_run_at``. It runs on every instance, not only the leader, so a leader
+    change does not delay due jobs; two instances promoting at once skip each other's rows.
+    A job is claimable within about one interval of its ``run_at``.
     """
 
     name = "promoter"
+    leader_only = False
 
-    def __init__(
-        self,
-        *,
-        engine: AsyncEngine,
-        repository: Repository,
-        announce: Callable[[str, int], None],
-        config: PromoterConfig,
-    ) -> None:
-        self.engine = engine
-        self.repo = repository
-        self.announce = announce
+    def __init__(self, *, service: JobService, config: PromoterConfig) -> None:
+        self.service = service
         self.config = config
-        self.since: datetime | None = None
 
     @property
     def interval_seconds(self) -> float:
         """Seconds between runs."""
         return self.config.interval_seconds
 
-    async def run_once(self) -> dict[str, int]:
-        """Announces the queues with jobs that came due since the last run; answers the counts."""
-        async with self.engine.connect() as conn:
-            due, checked_at = await self.repo.job_due_since(conn, since=self.since)
-        self.since = checked_at
-        for queue, count in due.items():
-            self.announce(queue, count)
-        return due
+    @property
+    def batch_size(self) -> int:
+        """Jobs one batch may move."""
+        return self.config.batch_size
 
-    async def run_until_drained(self) -> int:
-        """One run (the watermark makes it complete); answers the jobs announced."""
-        return sum((await self.run_once()).values())
+    async def run_once(self, *, now: datetime | None = None) -> int:
+        """Promotes one batch of jobs due by ``now`` (default the database's now())."""
+        return await self.service.promote(batch_size=self.config.batch_size, now=now)
+
+    async def run_batch(self) -> int:
+        """One batch; answers the jobs promoted."""
+        return await self.run_once()

@@ -1,16 +1,19 @@
-"""The pruner: deletes finished jobs once their retention has passed, in small batches."""
+"""The pruner: deletes finished jobs once their retention has passed, and old throughput minutes."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
-from app.maintenance.runner import BatchLoop
+from app.queue.service import JobService
+from app.settings import setting_default
 
-PRUNER_INTERVAL_DEFAULT = 60.0
-PRUNER_BATCH_SIZE_DEFAULT = 1000
-SUCCEEDED_RETENTION_DEFAULT = 7 * 24 * 3600.0
-CANCELLED_RETENTION_DEFAULT = 7 * 24 * 3600.0
-DEAD_RETENTION_DEFAULT = 30 * 24 * 3600.0
+PRUNER_INTERVAL_DEFAULT: float = setting_default("pruner_interval_seconds")
+PRUNER_BATCH_SIZE_DEFAULT: int = setting_default("pruner_batch_size")
+SUCCEEDED_RETENTION_DEFAULT: float = setting_default("retention_succeeded_seconds")
+CANCELLED_RETENTION_DEFAULT: float = setting_default("retention_cancelled_seconds")
+DEAD_RETENTION_DEFAULT: float = setting_default("retention_dead_seconds")
+THROUGHPUT_RETENTION_DEFAULT: float = setting_default("retention_throughput_seconds")
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,7 @@ class PrunerConfig:
     succeeded_seconds: float = SUCCEEDED_RETENTION_DEFAULT
     cancelled_seconds: float = CANCELLED_RETENTION_DEFAULT
     dead_seconds: float = DEAD_RETENTION_DEFAULT
+    throughput_seconds: float = THROUGHPUT_RETENTION_DEFAULT
 
     def __post_init__(self) -> None:
         if not self.interval_seconds > 0:
@@ -31,24 +35,53 @@ class PrunerConfig:
         for name in ("succeeded_seconds", "cancelled_seconds", "dead_seconds"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
+        if self.throughput_seconds < 3600:
+            raise ValueError("throughput_seconds must be >= 3600 (the dashboard shows an hour)")
 
 
-class Pruner(BatchLoop[PrunerConfig]):
-    """Deletes finished jobs past retention, one short transaction per bounded batch."""
+@dataclass(frozen=True)
+class PruneCounts:
+    """What one batch deleted."""
+
+    jobs: int
+    throughput_rows: int
+
+
+class Pruner:
+    """Deletes finished jobs past retention, one short statement per bounded batch."""
 
     name = "pruner"
+    leader_only = True
 
-    async def run_once(self) -> int:
-        """Deletes one batch; answers how many jobs it deleted."""
-        async with self.engine.begin() as conn:
-            return await self.repo.job_prune(
-                conn,
-                batch_size=self.config.batch_size,
-                succeeded_seconds=self.config.succeeded_seconds,
-                cancelled_seconds=self.config.cancelled_seconds,
-                dead_seconds=self.config.dead_seconds,
-            )
+    def __init__(self, *, service: JobService, config: PrunerConfig) -> None:
+        self.service = service
+        self.config = config
+
+    @property
+    def interval_seconds(self) -> float:
+        """Seconds between runs."""
+        return self.config.interval_seconds
+
+    @property
+    def batch_size(self) -> int:
+        """Rows one batch may delete (of each kind)."""
+        return self.config.batch_size
+
+    async def run_once(self, *, now: datetime | None = None) -> PruneCounts:
+        """Deletes one batch of jobs and one of throughput minutes (as of ``now``)."""
+        pruned = await self.service.prune(
+            batch_size=self.config.batch_size,
+            succeeded_seconds=self.config.succeeded_seconds,
+            cancelled_seconds=self.config.cancelled_seconds,
+            dead_seconds=self.config.dead_seconds,
+            now=now,
+        )
+        minutes = await self.service.prune_throughput(
+            keep_seconds=self.config.throughput_seconds, batch_size=self.config.batch_size, now=now
+        )
+        return PruneCounts(jobs=pruned, throughput_rows=minutes)
 
     async def run_batch(self) -> int:
-        """One batch; answers the jobs deleted."""
-        return await self.run_once()
+        """One batch; answers the larger of the two counts (a full batch means: run again)."""
+        counts = await self.run_once()
+        return max(counts.jobs, counts.throughput_rows)

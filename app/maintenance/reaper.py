@@ -1,13 +1,15 @@
-"""The reaper: running jobs whose lease expired go back to pending (with backoff) or to dead."""
+"""The reaper: running jobs whose lease expired go back to the queue (after a backoff) or to dead."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
-from app.maintenance.runner import BatchLoop
+from app.queue.service import JobService
+from app.settings import setting_default
 
-REAPER_INTERVAL_DEFAULT = 1.0
-REAPER_BATCH_SIZE_DEFAULT = 500
+REAPER_INTERVAL_DEFAULT: float = setting_default("reaper_interval_seconds")
+REAPER_BATCH_SIZE_DEFAULT: int = setting_default("reaper_batch_size")
 
 
 @dataclass(frozen=True)
@@ -38,15 +40,29 @@ class ReapCounts:
         return self.retried + self.dead
 
 
-class Reaper(BatchLoop[ReaperConfig]):
+class Reaper:
     """Returns expired leases to the queue in bounded batches; safe when two instances run it."""
 
     name = "reaper"
+    leader_only = True
 
-    async def run_once(self) -> ReapCounts:
-        """Reaps one batch in its own transaction."""
-        async with self.engine.begin() as conn:
-            rows = await self.repo.job_reap(conn, batch_size=self.config.batch_size)
+    def __init__(self, *, service: JobService, config: ReaperConfig) -> None:
+        self.service = service
+        self.config = config
+
+    @property
+    def interval_seconds(self) -> float:
+        """Seconds between runs."""
+        return self.config.interval_seconds
+
+    @property
+    def batch_size(self) -> int:
+        """Leases one batch may take."""
+        return self.config.batch_size
+
+    async def run_once(self, *, now: datetime | None = None) -> ReapCounts:
+        """Reaps one batch (as of ``now``, default the database's now())."""
+        rows = await self.service.reap(batch_size=self.config.batch_size, now=now)
         dead = sum(1 for r in rows if r["status"] == "dead")
         return ReapCounts(
             retried=len(rows) - dead, dead=dead, queues=frozenset(r["queue"] for r in rows)

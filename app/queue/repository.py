@@ -4,19 +4,27 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import RowMapping, Select, and_, func, select
+from sqlalchemy import Select, Text, func, literal, select, true
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.models import jobs
+from app.models import jobs, queue_counts
 from app.queue.queries import statement
-from app.queue.states import VisibleStatus
-
-JobRow = RowMapping
+from app.queue.states import JobStatus
+from app.queue.types import (
+    BackoffPolicy,
+    JobRow,
+    LeaseItem,
+    LeaseOutcome,
+    LeaseTransition,
+    ListFilter,
+    OpsOutcome,
+)
 
 # Maintenance leader lock key: "jobq" in ASCII, so it is recognisable in pg_locks.
 MAINTENANCE_LOCK_KEY = 0x6A6F6271
@@ -35,44 +43,11 @@ def to_json(value: object) -> str:
     return json.dumps(value, allow_nan=False, separators=(",", ":"), default=_json_default)
 
 
-@dataclass(frozen=True)
-class BackoffPolicy:
-    """How long a failed or expired attempt waits before it may run again, and what history is kept."""
-
-    base_seconds: float = 1.0
-    cap_seconds: float = 3600.0
-    errors_kept: int = 20
-    error_max_chars: int = 4000
-
-
-@dataclass(frozen=True)
-class LeaseOutcome:
-    """The verdict for one lease item of a heartbeat / complete / fail / release call."""
-
-    job_id: int
-    status: str | None
-    cancelled: bool
-    lease_expires_at: datetime | None = None
-    run_at: datetime | None = None
-    queue: str | None = None
-    claimable_now: bool = False
-    timed_out: bool = False
-
-    @property
-    def ok(self) -> bool:
-        """Whether the caller held the lease (or is repeating a call that already took effect)."""
-        return self.status is not None
-
-
-@dataclass(frozen=True)
-class ListFilter:
-    """Filters and keyset position of a job listing (newest first)."""
-
-    queue: str | None = None
-    status: VisibleStatus | None = None
-    type: str | None = None
-    before_id: int | None = None
-    limit: int = 50
+def _ops_outcome(rows: Sequence[JobRow]) -> OpsOutcome | None:
+    if not rows:
+        return None
+    row = rows[0]
+    return OpsOutcome(job=row, changed=bool(row["changed"]))
 
 
 class Repository:
@@ -80,6 +55,8 @@ class Repository:
 
     def __init__(self, *, backoff: BackoffPolicy) -> None:
         self.backoff = backoff
+
+    # -- producers and reads -----------------------------------------------------------------
 
     async def job_enqueue(
         self, conn: AsyncConnection, *, items: Sequence[Mapping[str, Any]]
@@ -105,22 +82,10 @@ class Repository:
 
     async def job_list(self, conn: AsyncConnection, *, where: ListFilter) -> list[JobRow]:
         """A page of jobs, newest first, after the keyset position ``before_id``."""
-        query: Select[Any] = select(jobs, func.now().label("db_now"))
-        if where.queue is not None:
-            query = query.where(jobs.c.queue == where.queue)
-        if where.type is not None:
-            query = query.where(jobs.c.type == where.type)
-        if where.status is VisibleStatus.SCHEDULED:
-            query = query.where(and_(jobs.c.status == "pending", jobs.c.run_at > func.now()))
-        elif where.status is VisibleStatus.PENDING:
-            query = query.where(and_(jobs.c.status == "pending", jobs.c.run_at <= func.now()))
-        elif where.status is not None:
-            query = query.where(jobs.c.status == where.status.value)
-        if where.before_id is not None:
-            query = query.where(jobs.c.id < where.before_id)
-        query = query.order_by(jobs.c.id.desc()).limit(where.limit)
-        result = await conn.execute(query)
+        result = await conn.execute(job_list_query(where))
         return list(result.mappings().all())
+
+    # -- workers -----------------------------------------------------------------------------
 
     async def job_claim(
         self,
@@ -146,95 +111,97 @@ class Repository:
         rows.sort(key=lambda r: (-r["priority"], r["run_at"], r["id"]))
         return rows
 
-    async def _lease_call(
+    async def _taken(
         self,
         conn: AsyncConnection,
         name: str,
         *,
         worker_id: str,
-        items: Sequence[Mapping[str, Any]],
+        items: Sequence[LeaseItem],
         extra: Mapping[str, Any] | None = None,
-    ) -> list[LeaseOutcome]:
+    ) -> dict[int, LeaseOutcome]:
         params: dict[str, Any] = {"worker_id": worker_id, "items": to_json(items)}
         params.update(extra or {})
         result = await conn.execute(statement(name).clause, params)
+        return {
+            int(row["ord"]) - 1: LeaseOutcome(
+                job_id=row["job_id"],
+                status=row["status"],
+                lease_expires_at=row.get("lease_expires_at"),
+                run_at=row.get("run_at"),
+                queue=row.get("queue"),
+            )
+            for row in result.mappings().all()
+        }
+
+    async def job_heartbeat(
+        self, conn: AsyncConnection, *, worker_id: str, items: Sequence[LeaseItem]
+    ) -> dict[int, LeaseOutcome]:
+        """Extends held leases with checkpoint and progress; answers the items taken, by position."""
+        return await self._taken(conn, "job_heartbeat", worker_id=worker_id, items=items)
+
+    async def job_complete(
+        self, conn: AsyncConnection, *, worker_id: str, items: Sequence[LeaseItem]
+    ) -> dict[int, LeaseOutcome]:
+        """Marks held jobs succeeded; answers the items taken, by position."""
+        return await self._taken(conn, "job_complete", worker_id=worker_id, items=items)
+
+    async def job_fail(
+        self, conn: AsyncConnection, *, worker_id: str, items: Sequence[LeaseItem]
+    ) -> dict[int, LeaseOutcome]:
+        """Records failed attempts (retried after a backoff, or dead); answers the items taken."""
+        return await self._taken(
+            conn, "job_fail", worker_id=worker_id, items=items, extra=self._backoff_params()
+        )
+
+    async def job_release(
+        self, conn: AsyncConnection, *, worker_id: str, items: Sequence[LeaseItem]
+    ) -> dict[int, LeaseOutcome]:
+        """Returns held jobs to pending without charging the attempt; answers the items taken."""
+        return await self._taken(conn, "job_release", worker_id=worker_id, items=items)
+
+    async def job_lease_verdict(
+        self,
+        conn: AsyncConnection,
+        *,
+        transition: LeaseTransition,
+        worker_id: str,
+        items: Sequence[LeaseItem],
+    ) -> list[LeaseOutcome]:
+        """For items a transition did not take: replay of the same transition, or lost (in order)."""
+        keys = [{"job_id": i["job_id"], "lease_id": i["lease_id"]} for i in items]
+        result = await conn.execute(
+            statement("job_lease_verdict").clause,
+            {
+                "items": to_json(keys),
+                "worker_id": worker_id,
+                # A heartbeat ends nothing, so it has nothing to replay.
+                "transition": None if transition is LeaseTransition.HEARTBEAT else transition.value,
+            },
+        )
         return [
             LeaseOutcome(
                 job_id=row["job_id"],
                 status=row["status"],
                 cancelled=bool(row["cancelled"]),
-                lease_expires_at=row.get("lease_expires_at"),
-                run_at=row.get("run_at"),
-                queue=row.get("queue"),
-                claimable_now=bool(row.get("claimable_now")),
-                timed_out=bool(row.get("timed_out")),
+                timed_out=bool(row["timed_out"]),
+                lease_expires_at=row["lease_expires_at"] if row["status"] else None,
+                run_at=row["run_at"] if row["status"] else None,
             )
             for row in result.mappings().all()
         ]
 
-    async def job_heartbeat(
-        self, conn: AsyncConnection, *, worker_id: str, items: Sequence[Mapping[str, Any]]
-    ) -> list[LeaseOutcome]:
-        """Extends held leases, saving checkpoint and progress under the same ownership check."""
-        return await self._lease_call(conn, "job_heartbeat", worker_id=worker_id, items=items)
+    # -- ops ---------------------------------------------------------------------------------
 
-    async def job_complete(
-        self, conn: AsyncConnection, *, worker_id: str, items: Sequence[Mapping[str, Any]]
-    ) -> list[LeaseOutcome]:
-        """Marks held jobs succeeded."""
-        return await self._lease_call(conn, "job_complete", worker_id=worker_id, items=items)
-
-    async def job_fail(
-        self, conn: AsyncConnection, *, worker_id: str, items: Sequence[Mapping[str, Any]]
-    ) -> list[LeaseOutcome]:
-        """Records failed attempts: retried after a backoff, or dead."""
-        return await self._lease_call(
-            conn, "job_fail", worker_id=worker_id, items=items, extra=self._backoff_params()
-        )
-
-    async def job_release(
-        self, conn: AsyncConnection, *, worker_id: str, items: Sequence[Mapping[str, Any]]
-    ) -> list[LeaseOutcome]:
-        """Returns held jobs to pending without charging the attempt."""
-        return await self._lease_call(conn, "job_release", worker_id=worker_id, items=items)
-
-    async def job_cancel(self, conn: AsyncConnection, *, job_id: int) -> JobRow | None:
-        """Cancels a pending or running job; ``None`` when its state does not allow it."""
+    async def job_cancel(self, conn: AsyncConnection, *, job_id: int) -> OpsOutcome | None:
+        """Cancels a pending, scheduled or running job; the job as it is now, ``None`` if unknown."""
         result = await conn.execute(statement("job_cancel").clause, {"id": job_id})
-        return result.mappings().one_or_none()
+        return _ops_outcome(result.mappings().all())
 
-    async def job_retry(self, conn: AsyncConnection, *, job_id: int) -> JobRow | None:
-        """Moves a finished job back to pending; ``None`` when its state does not allow it."""
+    async def job_retry(self, conn: AsyncConnection, *, job_id: int) -> OpsOutcome | None:
+        """Moves a finished job back to pending; the job as it is now, ``None`` if unknown."""
         result = await conn.execute(statement("job_retry").clause, {"id": job_id})
-        return result.mappings().one_or_none()
-
-    async def job_reap(self, conn: AsyncConnection, *, batch_size: int) -> list[JobRow]:
-        """Returns at most ``batch_size`` expired leases to pending (or dead); answers the rows moved."""
-        params = {"batch_size": batch_size, **self._backoff_params()}
-        params.pop("error_max_chars")
-        result = await conn.execute(statement("job_reap").clause, params)
-        return list(result.mappings().all())
-
-    async def job_prune(
-        self,
-        conn: AsyncConnection,
-        *,
-        batch_size: int,
-        succeeded_seconds: float,
-        cancelled_seconds: float,
-        dead_seconds: float,
-    ) -> int:
-        """Deletes at most ``batch_size`` finished jobs past retention; answers how many."""
-        result = await conn.execute(
-            statement("job_prune").clause,
-            {
-                "batch_size": batch_size,
-                "succeeded_seconds": succeeded_seconds,
-                "cancelled_seconds": cancelled_seconds,
-                "dead_seconds": dead_seconds,
-            },
-        )
-        return len(result.all())
+        return _ops_outcome(result.mappings().all())
 
     async def queue_set_paused(self, conn: AsyncConnection, *, name: str, paused: bool) -> JobRow:
         """Pauses or resumes a queue."""
@@ -244,7 +211,7 @@ class Repository:
         return result.mappings().one()
 
     async def queue_stats(self, conn: AsyncConnection) -> list[JobRow]:
-        """Counts per queue and state."""
+        """Counts per queue and state, from the counters."""
         result = await conn.execute(statement("queue_stats").clause)
         return list(result.mappings().all())
 
@@ -253,22 +220,63 @@ class Repository:
         result = await conn.execute(statement("worker_list").clause)
         return list(result.mappings().all())
 
-    async def wakeup_notify(
-        self, conn: AsyncConnection, *, channel: str, payloads: Sequence[str]
-    ) -> None:
-        """Sends the wake-up notifications (one per payload)."""
-        if payloads:
-            await conn.execute(
-                statement("wakeup_notify").clause, {"channel": channel, "payloads": list(payloads)}
-            )
+    # -- maintenance -------------------------------------------------------------------------
 
-    async def job_due_since(
-        self, conn: AsyncConnection, *, since: datetime | None
-    ) -> tuple[dict[str, int], datetime]:
-        """Per queue, how many pending jobs came due after ``since``; and the database's now()."""
-        rows = (await conn.execute(statement("job_due_since").clause, {"since": since})).all()
-        checked_at: datetime = rows[-1].checked_at
-        return {r.queue: int(r.due) for r in rows if r.queue is not None}, checked_at
+    async def job_reap(
+        self, conn: AsyncConnection, *, batch_size: int, now: datetime | None = None
+    ) -> list[JobRow]:
+        """Returns at most ``batch_size`` expired leases to scheduled (or dead); answers the rows moved."""
+        params = {"batch_size": batch_size, "now": now, **self._backoff_params()}
+        params.pop("error_max_chars")
+        result = await conn.execute(statement("job_reap").clause, params)
+        return list(result.mappings().all())
+
+    async def job_promote(
+        self, conn: AsyncConnection, *, batch_size: int, now: datetime | None = None
+    ) -> Counter[str]:
+        """Moves at most ``batch_size`` due scheduled jobs to pending; answers how many per queue."""
+        result = await conn.execute(
+            statement("job_promote").clause, {"batch_size": batch_size, "now": now}
+        )
+        return Counter(row.queue for row in result)
+
+    async def job_prune(
+        self,
+        conn: AsyncConnection,
+        *,
+        batch_size: int,
+        succeeded_seconds: float,
+        cancelled_seconds: float,
+        dead_seconds: float,
+        now: datetime | None = None,
+    ) -> int:
+        """Deletes at most ``batch_size`` finished jobs past retention; answers how many."""
+        result = await conn.execute(
+            statement("job_prune").clause,
+            {
+                "batch_size": batch_size,
+                "succeeded_seconds": succeeded_seconds,
+                "cancelled_seconds": cancelled_seconds,
+                "dead_seconds": dead_seconds,
+                "now": now,
+            },
+        )
+        return len(result.all())
+
+    async def queue_throughput_prune(
+        self,
+        conn: AsyncConnection,
+        *,
+        keep_seconds: float,
+        batch_size: int,
+        now: datetime | None = None,
+    ) -> int:
+        """Deletes at most ``batch_size`` per-minute outcome rows older than ``keep_seconds``."""
+        result = await conn.execute(
+            statement("queue_throughput_prune").clause,
+            {"keep_seconds": keep_seconds, "batch_size": batch_size, "now": now},
+        )
+        return len(result.all())
 
     async def job_due_in_queues(
         self, conn: AsyncConnection, *, queues: Sequence[str], cap: int
@@ -278,6 +286,17 @@ class Repository:
             statement("job_due_in_queues").clause, {"queues": list(queues), "cap": cap}
         )
         return {row.queue: int(row.due) for row in result}
+
+    # -- the control connection --------------------------------------------------------------
+
+    async def wakeup_notify(
+        self, conn: AsyncConnection, *, channel: str, payloads: Sequence[str]
+    ) -> None:
+        """Sends the wake-up notifications (one per payload)."""
+        if payloads:
+            await conn.execute(
+                statement("wakeup_notify").clause, {"channel": channel, "payloads": list(payloads)}
+            )
 
     async def maintenance_try_lead(self, conn: AsyncConnection) -> bool:
         """Takes the maintenance leader lock on this connection's session, if free."""
@@ -301,3 +320,47 @@ class Repository:
             "errors_kept": self.backoff.errors_kept,
             "error_max_chars": self.backoff.error_max_chars,
         }
+
+
+def job_list_query(where: ListFilter) -> Select[Any]:
+    """The listing as one statement whose cost follows the page, not the table.
+
+    Newest first, by id. Unfiltered, it walks the primary key. Filtered, it walks one index
+    range per (queue, state) pair (``ix_jobs_queue_status_id``, or with a type
+    ``ix_jobs_queue_type_status_id``), each ordered by id and cut at the page size, and merges
+    them: at most ``limit`` rows per pair are read. Without a queue the pairs cover every queue
+    the counters know; without a state, every state.
+    """
+    if where.queue is None and where.status is None and where.type is None:
+        query = select(jobs)
+        if where.before_id is not None:
+            query = query.where(jobs.c.id < where.before_id)
+        return query.order_by(jobs.c.id.desc()).limit(where.limit)
+
+    states = [where.status.value] if where.status is not None else [s.value for s in JobStatus]
+    state_list = (
+        func.unnest(literal(states, ARRAY(Text))).table_valued("status").render_derived(name="s")
+    )
+    if where.queue is not None:
+        queue_list: Any = (
+            func.unnest(literal([where.queue], ARRAY(Text)))
+            .table_valued("name")
+            .render_derived(name="qn")
+        )
+    else:
+        queue_list = select(queue_counts.c.queue.label("name")).distinct().subquery("qn")
+
+    conditions = [jobs.c.queue == queue_list.c.name, jobs.c.status == state_list.c.status]
+    if where.type is not None:
+        conditions.append(jobs.c.type == where.type)
+    if where.before_id is not None:
+        conditions.append(jobs.c.id < where.before_id)
+    branch = (
+        select(jobs).where(*conditions).order_by(jobs.c.id.desc()).limit(where.limit).lateral("j")
+    )
+    return (
+        select(branch)
+        .select_from(queue_list.join(state_list, true()).join(branch, true()))
+        .order_by(branch.c.id.desc())
+        .limit(where.limit)
+    )

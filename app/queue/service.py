@@ -1,4 +1,7 @@
-"""Queue operations as units of work: one conditional statement in autocommit, or one transaction."""
+"""Queue operations as units of work: one conditional statement in autocommit, or one transaction.
+
+The API's routes and the maintenance loops call these methods; neither touches the repository.
+"""
 
 from __future__ import annotations
 
@@ -6,37 +9,39 @@ import asyncio
 import base64
 import binascii
 import contextlib
-import hashlib
-import json
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import UTC
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.errors import IdempotencyKeyReused, InvalidInput, InvalidTransition, NotFound, sqlstate
-from app.queue.repository import JobRow, LeaseOutcome, ListFilter, Repository
-from app.queue.states import JobStatus, VisibleStatus, can_cancel
-from app.schemas import MAX_BIGINT, EnqueueRequest
-from app.settings import Settings
-from app.wakeup.hub import WaiterHub
+from app.queue.bounds import MAX_BIGINT
+from app.queue.repository import Repository
+from app.queue.states import JobStatus, Operation, allowed_from
+from app.queue.types import (
+    JobRow,
+    LeaseItem,
+    LeaseOutcome,
+    LeaseTransition,
+    ListFilter,
+    NewJob,
+    OpsOutcome,
+)
+from app.queue.waiters import WaiterHub
 
 Announce = Callable[[str, int], object]
 
 T = TypeVar("T")
 
-# Deadlock and serialization failures are safe to retry: the transaction changed nothing.
+# Deadlock and serialization failures are safe to retry: the statement changed nothing.
 _RETRYABLE_SQLSTATES = frozenset({"40P01", "40001"})
 _TRANSACTION_TRIES = 3
 
-
-def request_fingerprint(request: EnqueueRequest) -> str:
-    """A stable hash of an enqueue request (without its key), to tell a replay from a reuse."""
-    body = request.model_dump(mode="json", exclude={"idempotency_key"})
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+# Resuming a queue may make its whole backlog claimable: wake every waiter on it.
+RESUME_WAKE_COUNT = 1_000_000
 
 
 def encode_cursor(job_id: int) -> str:
@@ -63,21 +68,27 @@ def _valid_id(job_id: int) -> bool:
     return 1 <= job_id <= MAX_BIGINT
 
 
+def _states(operation: Operation) -> str:
+    return ", ".join(s.value for s in allowed_from(operation))
+
+
 class JobService:
-    """The queue's operations for the API: enqueue, read, claim, lease transitions, ops actions."""
+    """The queue's operations: enqueue, read, claim, lease transitions, ops actions, maintenance."""
 
     def __init__(
         self,
         *,
         engine: AsyncEngine,
         repository: Repository,
-        settings: Settings,
+        max_attempts_default: int,
+        lease_seconds_default: int,
         hub: WaiterHub | None = None,
         announce: Announce | None = None,
     ) -> None:
         self.engine = engine
         self.repo = repository
-        self.settings = settings
+        self.max_attempts_default = max_attempts_default
+        self.lease_seconds_default = lease_seconds_default
         # Single-statement work runs in autocommit: one round trip instead of BEGIN, statement,
         # COMMIT. Each statement is atomic on its own; see _run.
         self.autocommit_engine = engine.execution_options(isolation_level="AUTOCOMMIT")
@@ -105,37 +116,39 @@ class JobService:
                 if sqlstate(exc) in _RETRYABLE_SQLSTATES and attempt < _TRANSACTION_TRIES:
                     continue
                 raise
-        raise AssertionError("unreachable")
+        raise RuntimeError("unreachable: the last attempt returns or raises")
 
-    def _enqueue_item(self, request: EnqueueRequest) -> dict[str, Any]:
-        run_at = request.run_at
-        if run_at is not None and run_at.tzinfo is None:
-            run_at = run_at.replace(tzinfo=UTC)
+    def _announce_counts(self, queues: Iterable[str]) -> None:
+        for queue, count in Counter(queues).items():
+            self.announce(queue, count)
+
+    # -- producers ---------------------------------------------------------------------------
+
+    def _enqueue_item(self, job: NewJob) -> dict[str, Any]:
         return {
-            "queue": request.queue,
-            "type": request.type,
-            "payload": request.payload,
-            "priority": request.priority,
-            "max_attempts": request.max_attempts or self.settings.max_attempts_default,
-            "lease_seconds": request.lease_seconds or self.settings.lease_seconds_default,
-            "timeout_seconds": request.timeout_seconds,
-            "run_at": run_at.isoformat() if run_at is not None else None,
-            "delay_seconds": request.delay_seconds,
-            "idempotency_key": request.idempotency_key,
-            "idempotency_hash": (
-                request_fingerprint(request) if request.idempotency_key is not None else None
-            ),
+            "queue": job.queue,
+            "type": job.type,
+            "payload": job.payload,
+            "priority": job.priority,
+            "max_attempts": job.max_attempts or self.max_attempts_default,
+            "lease_seconds": job.lease_seconds or self.lease_seconds_default,
+            "timeout_seconds": job.timeout_seconds,
+            "run_at": job.run_at.isoformat() if job.run_at is not None else None,
+            "delay_seconds": job.delay_seconds,
+            "idempotency_key": job.idempotency_key,
+            "idempotency_hash": job.fingerprint if job.idempotency_key is not None else None,
         }
 
     async def enqueue(
-        self, requests: Sequence[EnqueueRequest], *, field_prefix: str = "body"
+        self, new_jobs: Sequence[NewJob], *, key_field: Callable[[int], str]
     ) -> list[tuple[JobRow, bool]]:
         """Enqueues jobs in one transaction; answers each job and whether this call created it.
 
         A job whose idempotency key exists with the same request is answered as it is; with a
-        different request the whole call fails and nothing is written.
+        different request the whole call fails, naming ``key_field(position)``, and nothing is
+        written.
         """
-        items = [self._enqueue_item(r) for r in requests]
+        items = [self._enqueue_item(j) for j in new_jobs]
         any_keys = any(item["idempotency_key"] is not None for item in items)
 
         async def work(conn: AsyncConnection) -> list[tuple[JobRow, bool]]:
@@ -156,15 +169,15 @@ class JobService:
                     # The conflicting job was deleted between the two statements: try again.
                     raise _Retry
                 if found["idempotency_hash"] != items[i]["idempotency_hash"]:
-                    field = (
-                        f"{field_prefix}.jobs[{i}].idempotency_key"
-                        if field_prefix == "body" and len(requests) > 1
-                        else "idempotency_key"
-                    )
                     raise IdempotencyKeyReused(
                         f"idempotency key {key[1]!r} of queue {key[0]!r} was used for a "
                         "different request",
-                        errors=[{"field": field, "message": "key reused with a different request"}],
+                        errors=[
+                            {
+                                "field": key_field(i),
+                                "message": "key reused with a different request",
+                            }
+                        ],
                     )
                 answered.append((found, False))
             return answered
@@ -175,15 +188,15 @@ class JobService:
                 answered = await self._run(work, transaction=any_keys)
             except _Retry:
                 continue
-            due = Counter(
+            self._announce_counts(
                 row["queue"]
                 for row, created in answered
-                if created and row["run_at"] <= row["db_now"]
+                if created and row["status"] == JobStatus.PENDING
             )
-            for queue, count in due.items():
-                self.announce(queue, count)
             return answered
-        raise AssertionError("idempotent enqueue kept racing with deletion")
+        raise InvalidTransition("the idempotency key's job kept being deleted; retry")
+
+    # -- reads -------------------------------------------------------------------------------
 
     async def get(self, job_id: int) -> JobRow:
         """One job; ``NotFound`` for unknown or out-of-range ids."""
@@ -202,7 +215,7 @@ class JobService:
         self,
         *,
         queue: str | None,
-        status: VisibleStatus | None,
+        status: JobStatus | None,
         type: str | None,
         limit: int,
         after: str | None,
@@ -223,27 +236,40 @@ class JobService:
         next_cursor = encode_cursor(rows[limit - 1]["id"]) if len(rows) > limit else None
         return rows[:limit], next_cursor
 
+    async def queue_stats(self) -> list[JobRow]:
+        """Counts per queue and state."""
+        return await self._run(self.repo.queue_stats)
+
+    async def workers(self) -> list[JobRow]:
+        """Workers holding leases now."""
+        return await self._run(self.repo.worker_list)
+
+    async def ping(self) -> None:
+        """Fails when the database does not answer."""
+        await self._run(self.repo.health_ping)
+
+    # -- ops actions -------------------------------------------------------------------------
+
     async def cancel(self, job_id: int) -> JobRow:
-        """Cancels a pending or running job; cancelling a cancelled job answers it unchanged."""
+        """Cancels a scheduled, pending or running job; cancelling a cancelled job answers it.
+
+        One statement locks the row, decides and answers, so the answer is the job's state as
+        the decision saw it, whatever commits around it.
+        """
         if not _valid_id(job_id):
             raise NotFound(f"job {job_id} not found")
 
-        async def work(conn: AsyncConnection) -> tuple[JobRow | None, JobRow | None]:
-            done = await self.repo.job_cancel(conn, job_id=job_id)
-            current = None if done is not None else await self.repo.job_get(conn, job_id=job_id)
-            return done, current
+        async def work(conn: AsyncConnection) -> OpsOutcome | None:
+            return await self.repo.job_cancel(conn, job_id=job_id)
 
-        done, current = await self._run(work)
-        if done is not None:
-            return done
-        if current is None:
+        outcome = await self._run(work)
+        if outcome is None:
             raise NotFound(f"job {job_id} not found")
-        status = JobStatus(current["status"])
-        if status is JobStatus.CANCELLED:
-            return current
-        assert not can_cancel(status)
+        status = outcome.job["status"]
+        if outcome.changed or status == JobStatus.CANCELLED:
+            return outcome.job
         raise InvalidTransition(
-            f"job {job_id} is {status.value}; only pending or running jobs can be cancelled"
+            f"job {job_id} is {status}; only {_states(Operation.CANCEL)} jobs can be cancelled"
         )
 
     async def retry(self, job_id: int) -> JobRow:
@@ -251,21 +277,32 @@ class JobService:
         if not _valid_id(job_id):
             raise NotFound(f"job {job_id} not found")
 
-        async def work(conn: AsyncConnection) -> tuple[JobRow | None, JobRow | None]:
-            done = await self.repo.job_retry(conn, job_id=job_id)
-            current = None if done is not None else await self.repo.job_get(conn, job_id=job_id)
-            return done, current
+        async def work(conn: AsyncConnection) -> OpsOutcome | None:
+            return await self.repo.job_retry(conn, job_id=job_id)
 
-        done, current = await self._run(work)
-        if done is not None:
-            self.announce(done["queue"], 1)
-            return done
-        if current is None:
+        outcome = await self._run(work)
+        if outcome is None:
             raise NotFound(f"job {job_id} not found")
+        if outcome.changed:
+            self.announce(outcome.job["queue"], 1)
+            return outcome.job
         raise InvalidTransition(
-            f"job {job_id} is {current['status']}; only dead, cancelled or succeeded jobs "
-            "can be retried"
+            f"job {job_id} is {outcome.job['status']}; only {_states(Operation.RETRY)} jobs can "
+            "be retried"
         )
+
+    async def set_paused(self, name: str, *, paused: bool) -> JobRow:
+        """Pauses or resumes a queue; resuming wakes the queue's waiters."""
+
+        async def work(conn: AsyncConnection) -> JobRow:
+            return await self.repo.queue_set_paused(conn, name=name, paused=paused)
+
+        row = await self._run(work)
+        if not paused:
+            self.announce(name, RESUME_WAKE_COUNT)
+        return row
+
+    # -- workers -----------------------------------------------------------------------------
 
     async def claim(
         self,
@@ -334,57 +371,124 @@ class JobService:
 
     async def _give_back(self, worker_id: str, jobs: Sequence[JobRow]) -> None:
         items = [{"job_id": j["id"], "lease_id": str(j["lease_id"])} for j in jobs]
-        await self.lease_call(self.repo.job_release, worker_id=worker_id, items=items)
+        await self.release(worker_id=worker_id, items=items)
 
-    async def lease_call(
-        self,
-        operation: Callable[..., Awaitable[list[LeaseOutcome]]],
-        *,
-        worker_id: str,
-        items: Sequence[Mapping[str, Any]],
+    async def heartbeat(self, *, worker_id: str, items: Sequence[LeaseItem]) -> list[LeaseOutcome]:
+        """Extends held leases, saving checkpoint and progress under the ownership check."""
+        return await self._lease(LeaseTransition.HEARTBEAT, worker_id, items)
+
+    async def complete(self, *, worker_id: str, items: Sequence[LeaseItem]) -> list[LeaseOutcome]:
+        """Completes held jobs; a repeat with the same lease answers the same success."""
+        return await self._lease(LeaseTransition.COMPLETE, worker_id, items)
+
+    async def fail(self, *, worker_id: str, items: Sequence[LeaseItem]) -> list[LeaseOutcome]:
+        """Fails attempts: retried after a backoff (or ``retry_after_seconds``), or dead."""
+        return await self._lease(LeaseTransition.FAIL, worker_id, items)
+
+    async def release(self, *, worker_id: str, items: Sequence[LeaseItem]) -> list[LeaseOutcome]:
+        """Gives held jobs back without charging the attempt."""
+        return await self._lease(LeaseTransition.RELEASE, worker_id, items)
+
+    async def _lease(
+        self, transition: LeaseTransition, worker_id: str, items: Sequence[LeaseItem]
     ) -> list[LeaseOutcome]:
-        """Runs one of the repository's lease transitions (heartbeat, complete, fail, release)."""
+        """Runs a lease transition; items it did not take get a verdict read after it.
+
+        The transition is one conditional UPDATE, answering only what it took; that is the whole
+        round trip when every lease was held. Items it did not take (a replay, a lost lease, a
+        cancel or a timeout) are judged by a second statement, which sees the version of the row
+        the UPDATE re-checked after waiting for it: a caller who lost nothing is never told
+        ``lease_lost`` because of a snapshot taken before the row it waited for was committed.
+        """
+        statement = {
+            LeaseTransition.HEARTBEAT: self.repo.job_heartbeat,
+            LeaseTransition.COMPLETE: self.repo.job_complete,
+            LeaseTransition.FAIL: self.repo.job_fail,
+            LeaseTransition.RELEASE: self.repo.job_release,
+        }[transition]
 
         async def work(conn: AsyncConnection) -> list[LeaseOutcome]:
-            outcomes: list[LeaseOutcome] = await operation(conn, worker_id=worker_id, items=items)
-            return outcomes
+            taken = await statement(conn, worker_id=worker_id, items=items)
+            missed = [i for i in range(len(items)) if i not in taken]
+            if not missed:
+                return [taken[i] for i in range(len(items))]
+            verdicts = await self.repo.job_lease_verdict(
+                conn, transition=transition, worker_id=worker_id, items=[items[i] for i in missed]
+            )
+            judged = dict(zip(missed, verdicts, strict=True))
+            return [taken[i] if i in taken else judged[i] for i in range(len(items))]
 
         outcomes = await self._run(work)
-        due = Counter(o.queue for o in outcomes if o.claimable_now and o.queue is not None)
-        for queue, count in due.items():
-            self.announce(queue, count)
+        self._announce_counts(o.queue for o in outcomes if o.claimable_now and o.queue)
         return outcomes
 
-    async def set_paused(self, name: str, *, paused: bool) -> JobRow:
-        """Pauses or resumes a queue; resuming wakes the queue's waiters."""
+    # -- maintenance -------------------------------------------------------------------------
 
-        async def work(conn: AsyncConnection) -> JobRow:
-            return await self.repo.queue_set_paused(conn, name=name, paused=paused)
+    async def reap(self, *, batch_size: int, now: datetime | None = None) -> list[JobRow]:
+        """Returns at most ``batch_size`` expired leases to the queue (or to dead); answers them."""
 
-        row = await self._run(work)
-        if not paused:
-            self.announce(name, RESUME_WAKE_COUNT)
-        return row
+        async def work(conn: AsyncConnection) -> list[JobRow]:
+            return await self.repo.job_reap(conn, batch_size=batch_size, now=now)
 
-    async def queue_stats(self) -> list[JobRow]:
-        """Counts per queue and state."""
-        return await self._run(self.repo.queue_stats)
+        return await self._run(work)
 
-    async def workers(self) -> list[JobRow]:
-        """Workers holding leases now."""
-        return await self._run(self.repo.worker_list)
+    async def promote(self, *, batch_size: int, now: datetime | None = None) -> int:
+        """Moves at most ``batch_size`` due scheduled jobs to pending and announces them."""
 
-    async def ping(self) -> None:
-        """Fails when the database does not answer."""
-        await self._run(self.repo.health_ping)
+        async def work(conn: AsyncConnection) -> Counter[str]:
+            return await self.repo.job_promote(conn, batch_size=batch_size, now=now)
+
+        promoted = await self._run(work)
+        for queue, count in promoted.items():
+            self.announce(queue, count)
+        return sum(promoted.values())
+
+    async def prune(
+        self,
+        *,
+        batch_size: int,
+        succeeded_seconds: float,
+        cancelled_seconds: float,
+        dead_seconds: float,
+        now: datetime | None = None,
+    ) -> int:
+        """Deletes at most ``batch_size`` finished jobs past their retention; answers how many."""
+
+        async def work(conn: AsyncConnection) -> int:
+            return await self.repo.job_prune(
+                conn,
+                batch_size=batch_size,
+                succeeded_seconds=succeeded_seconds,
+                cancelled_seconds=cancelled_seconds,
+                dead_seconds=dead_seconds,
+                now=now,
+            )
+
+        return await self._run(work)
+
+    async def prune_throughput(
+        self, *, keep_seconds: float, batch_size: int, now: datetime | None = None
+    ) -> int:
+        """Deletes at most ``batch_size`` per-minute outcome rows older than ``keep_seconds``."""
+
+        async def work(conn: AsyncConnection) -> int:
+            return await self.repo.queue_throughput_prune(
+                conn, keep_seconds=keep_seconds, batch_size=batch_size, now=now
+            )
+
+        return await self._run(work)
+
+    async def due_in_queues(self, queues: Sequence[str], *, cap: int) -> dict[str, int]:
+        """Per unpaused queue, how many jobs are due now (up to ``cap``)."""
+
+        async def work(conn: AsyncConnection) -> dict[str, int]:
+            return await self.repo.job_due_in_queues(conn, queues=queues, cap=cap)
+
+        return await self._run(work)
 
 
 class _Retry(Exception):
     """Internal: the unit of work must run again."""
-
-
-# Resuming a queue may make its whole backlog claimable: wake every waiter on it.
-RESUME_WAKE_COUNT = 1_000_000
 
 
 async def _wait_either(first: asyncio.Event, second: asyncio.Event, *, seconds: float) -> None:

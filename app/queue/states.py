@@ -1,55 +1,80 @@
-"""Job states and which operations each allows (pure; the SQL enforces the same rules)."""
+"""Job states and the transitions between them, as a table (pure).
+
+The SQL in ``sql/jobs.sql`` decides every transition; this table states the same rules for
+readers, the docs and error messages. ``tests/integration/test_transition_table.py`` runs each
+statement against a job in each state on a real database and checks that the two agree, so
+this is a description that cannot drift, not a second implementation.
+"""
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 
 
 class JobStatus(enum.StrEnum):
-    """A job's stored state; ``scheduled`` is derived: pending with ``run_at`` in the future."""
+    """A job's stored state."""
 
-    PENDING = "pending"
-    RUNNING = "running"
+    SCHEDULED = "scheduled"  # waiting for its run_at; the promoter moves it to pending
+    PENDING = "pending"  # due: claimable
+    RUNNING = "running"  # leased to a worker
     SUCCEEDED = "succeeded"
     DEAD = "dead"
     CANCELLED = "cancelled"
 
 
-class VisibleStatus(enum.StrEnum):
-    """A job's state as the API shows it and filters on."""
+class Operation(enum.StrEnum):
+    """What moves a job; outcome variants (retried or final) are separate operations."""
 
-    SCHEDULED = "scheduled"
-    PENDING = "pending"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    DEAD = "dead"
-    CANCELLED = "cancelled"
+    PROMOTE = "promote"  # run_at came
+    CLAIM = "claim"
+    COMPLETE = "complete"
+    FAIL_RETRY = "fail (attempts left, with backoff)"
+    FAIL_RETRY_NOW = "fail (attempts left, retry_after_seconds 0)"
+    FAIL_FINAL = "fail (not retryable, or last attempt)"
+    RELEASE = "release"
+    RELEASE_DELAYED = "release (delay_seconds > 0)"
+    REAP_RETRY = "reap (lease expired, attempts left)"
+    REAP_FINAL = "reap (lease expired on the last attempt)"
+    CANCEL = "cancel"
+    RETRY = "retry"
 
 
-CANCELLABLE: frozenset[JobStatus] = frozenset({JobStatus.PENDING, JobStatus.RUNNING})
-RETRYABLE: frozenset[JobStatus] = frozenset(
-    {JobStatus.DEAD, JobStatus.CANCELLED, JobStatus.SUCCEEDED}
-)
+# (operation, state before) -> state after. A pair that is absent is refused in that state.
+TRANSITIONS: Mapping[tuple[Operation, JobStatus], JobStatus] = {
+    (Operation.PROMOTE, JobStatus.SCHEDULED): JobStatus.PENDING,
+    (Operation.CLAIM, JobStatus.PENDING): JobStatus.RUNNING,
+    (Operation.COMPLETE, JobStatus.RUNNING): JobStatus.SUCCEEDED,
+    (Operation.FAIL_RETRY, JobStatus.RUNNING): JobStatus.SCHEDULED,
+    (Operation.FAIL_RETRY_NOW, JobStatus.RUNNING): JobStatus.PENDING,
+    (Operation.FAIL_FINAL, JobStatus.RUNNING): JobStatus.DEAD,
+    (Operation.RELEASE, JobStatus.RUNNING): JobStatus.PENDING,
+    (Operation.RELEASE_DELAYED, JobStatus.RUNNING): JobStatus.SCHEDULED,
+    (Operation.REAP_RETRY, JobStatus.RUNNING): JobStatus.SCHEDULED,
+    (Operation.REAP_FINAL, JobStatus.RUNNING): JobStatus.DEAD,
+    (Operation.CANCEL, JobStatus.SCHEDULED): JobStatus.CANCELLED,
+    (Operation.CANCEL, JobStatus.PENDING): JobStatus.CANCELLED,
+    (Operation.CANCEL, JobStatus.RUNNING): JobStatus.CANCELLED,
+    (Operation.RETRY, JobStatus.SUCCEEDED): JobStatus.PENDING,
+    (Operation.RETRY, JobStatus.DEAD): JobStatus.PENDING,
+    (Operation.RETRY, JobStatus.CANCELLED): JobStatus.PENDING,
+}
+
 FINISHED: frozenset[JobStatus] = frozenset(
     {JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED}
 )
 
 
-def can_cancel(status: JobStatus) -> bool:
-    """Whether ``cancel`` moves a job in this state (a cancelled job answers as already done)."""
-    return status in CANCELLABLE
-
-
-def can_retry(status: JobStatus) -> bool:
-    """Whether the ops ``retry`` may move a job in this state back to pending."""
-    return status in RETRYABLE
+def allowed_from(operation: Operation) -> list[JobStatus]:
+    """The states in which ``operation`` moves a job, in the order of :class:`JobStatus`."""
+    return [s for s in JobStatus if (operation, s) in TRANSITIONS]
 
 
 def backoff_ceiling(*, attempt: int, base_seconds: float, cap_seconds: float) -> float:
     """The upper end of the retry delay after ``attempt``: base x 2^(attempt-1), capped.
 
-    The SQL draws the actual delay uniformly from (0, ceiling] (full jitter); this mirrors
-    its formula so the unit tests and the docs can state it.
+    ``jobq_backoff`` (migration 0001) draws the delay uniformly from (0, ceiling]; a test checks
+    its draws against this ceiling on a real database.
     """
     exponent = min(max(attempt - 1, 0), 62)
     return float(min(cap_seconds, base_seconds * (2.0**exponent)))

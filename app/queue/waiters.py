@@ -1,4 +1,4 @@
-"""In-process registry of parked claims per queue; wakes about as many as jobs became available."""
+"""In-process registry of parked (long-polling) claims per queue; wakes about as many as jobs became available."""
 
 from __future__ import annotations
 

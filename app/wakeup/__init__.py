@@ -1,2 +1,2 @@
-"""Long-poll wake-ups: in-process waiters, one control connection per instance (LISTEN, coalesced
-NOTIFY, leader lock), and the promoter that announces delayed jobs as they come due."""
+"""Long-poll wake-ups across instances: the control connection (LISTEN, coalesced NOTIFY, leader
+lock) and the backstop that finds jobs whose wake-up was lost."""

@@ -22,15 +22,17 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.errors import brief
 from app.queue.repository import Repository
-from app.wakeup.hub import WaiterHub
+from app.queue.waiters import WaiterHub
+from app.settings import setting_default
 
 logger = logging.getLogger("jobq.wakeup")
 
 CHANNEL = "jobq_wakeup"
-COALESCE_WINDOW_SECONDS_DEFAULT = 0.005
+COALESCE_WINDOW_SECONDS_DEFAULT: float = setting_default("notify_coalesce_seconds")
 RECONNECT_MIN_SECONDS = 0.1
 RECONNECT_MAX_SECONDS = 5.0
 PING_INTERVAL_SECONDS = 5.0
+STOP_FLUSH_WAIT_SECONDS = 1.0
 
 
 def encode_payload(instance: str, queue: str, count: int) -> str:
@@ -91,11 +93,19 @@ class ControlChannel:
 
     async def stop(self) -> None:
         """Sends what is buffered, then closes the connection (which frees the leader lock)."""
-        for task in (self._task, self._flush_task):  # a cancelled flush leaves _pending intact
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        flush = self._flush_task
+        if flush is not None and not flush.done():
+            # Let a send in flight finish rather than cut it off mid-statement; a flush that
+            # cannot finish in time is cancelled and puts its wake-ups back for the send below.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(flush), STOP_FLUSH_WAIT_SECONDS)
+            flush.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await flush
         if self._pending:
             await self._flush()
         await self._close()
@@ -121,14 +131,24 @@ class ControlChannel:
     async def _flush(self) -> None:
         pending, self._pending = self._pending, {}
         payloads = [encode_payload(self.instance, q, n) for q, n in pending.items()]
-        async with self._io:
-            if self._conn is None:
-                return  # other instances fall back to their one-second backstop
-            try:
-                await self.repo.wakeup_notify(self._conn, channel=CHANNEL, payloads=payloads)
-            except (DBAPIError, OSError) as exc:
-                logger.warning("notify failed: %s", brief(exc))
-                self._lost.set()
+        sent = False
+        try:
+            async with self._io:
+                if self._conn is None:
+                    sent = True  # nobody to tell: other instances rely on their backstop
+                    return
+                try:
+                    await self.repo.wakeup_notify(self._conn, channel=CHANNEL, payloads=payloads)
+                except Exception as exc:  # noqa: BLE001 - any failure: reconnect, never die
+                    logger.warning("notify failed: %s", brief(exc))
+                    self._lost.set()
+                sent = True
+        finally:
+            if not sent:
+                # Cancelled while waiting for the connection or mid-send (shutdown): keep the
+                # wake-ups, so stop() still sends them.
+                for queue, count in pending.items():
+                    self._pending[queue] = self._pending.get(queue, 0) + count
 
     # -- leadership --------------------------------------------------------------------------
 
@@ -141,7 +161,7 @@ class ControlChannel:
                 return True
             try:
                 self._holds_lock = await self.repo.maintenance_try_lead(self._conn)
-            except (DBAPIError, OSError) as exc:
+            except Exception as exc:  # noqa: BLE001 - any failure: reconnect, never die
                 logger.warning("leader election failed: %s", brief(exc))
                 self._lost.set()
                 return False
@@ -187,7 +207,7 @@ class ControlChannel:
                 return
             try:
                 await self.repo.maintenance_ping(self._conn)
-            except (DBAPIError, OSError) as exc:
+            except Exception as exc:  # noqa: BLE001 - any failure: reconnect, never die
                 logger.warning("control connection lost: %s", brief(exc))
                 self._lost.set()
 
@@ -198,7 +218,7 @@ class ControlChannel:
             try:
                 async with self._io:
                     await self._connect()
-            except (DBAPIError, OSError) as exc:
+            except Exception as exc:  # noqa: BLE001 - any failure: retry with backoff, never die
                 logger.warning(
                     "control connection failed: %s; retrying in %.1fs", brief(exc), delay
                 )

@@ -10,6 +10,7 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from tests.polling import poll_until
 from tests.processes import JobqServers
 
 pytestmark = pytest.mark.acceptance
@@ -30,9 +31,13 @@ async def test_sigterm_answers_parked_claims_promptly_and_exits_zero(
             return r.status_code, r.json()["jobs"], time.monotonic()
 
         parked = [asyncio.create_task(park(n)) for n in range(PARKED)]
-        # Give the requests time to reach the server and park; none can finish before 20 s.
-        done, _ = await asyncio.wait(parked, timeout=1.5)
-        assert not done, "a claim returned before any job or signal"
+
+        async def all_parked() -> bool:
+            scrape = (await client.get("/metrics")).text
+            return f"jobq_claims_waiting {float(PARKED)}" in scrape
+
+        await poll_until(all_parked, within=10, what=f"{PARKED} claims to park")
+        assert not [t for t in parked if t.done()], "a claim returned before any job or signal"
         signalled = time.monotonic()
         server.send_signal(signal.SIGTERM)
         answers = await asyncio.wait_for(asyncio.gather(*parked), 10)

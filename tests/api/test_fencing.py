@@ -7,6 +7,7 @@ from fastapi import FastAPI
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.api.state import app_state
 from app.maintenance.reaper import Reaper, ReaperConfig
 from tests.api.helpers import claim, enqueue, get_job, lease, lease_call
 
@@ -19,12 +20,14 @@ async def test_silent_worker_is_fenced_after_reap_and_reclaim(
     # A goes silent; its lease runs out (moved into the past rather than waited for).
     async with clean_db.begin() as conn:
         await conn.execute(text("UPDATE jobs SET lease_expires_at = now() - interval '1 s'"))
-    service = app.state.service
-    reaper = Reaper(engine=service.engine, repository=service.repo, config=ReaperConfig())
+    service = app_state(app).running().service
+    reaper = Reaper(service=service, config=ReaperConfig())
     counts = await reaper.run_once()
     assert counts.retried == 1
     async with clean_db.begin() as conn:  # skip the backoff delay
-        await conn.execute(text("UPDATE jobs SET run_at = now()"))
+        await conn.execute(
+            text("UPDATE jobs SET run_at = now(), status = 'pending' WHERE status = 'scheduled'")
+        )
     [b] = await claim(client, worker="B")
     assert b["id"] == job["id"] and b["attempt"] == 2 and b["lease_id"] != a["lease_id"]
 

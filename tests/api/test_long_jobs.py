@@ -9,6 +9,7 @@ from fastapi import FastAPI
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.api.state import app_state
 from app.maintenance.reaper import Reaper, ReaperConfig
 from tests.api.helpers import claim, enqueue, get_job, lease, lease_call
 
@@ -18,8 +19,8 @@ def _seconds(later: str, earlier: str) -> float:
 
 
 async def _reap(app: FastAPI) -> None:
-    service = app.state.service
-    await Reaper(engine=service.engine, repository=service.repo, config=ReaperConfig()).run_once()
+    service = app_state(app).running().service
+    await Reaper(service=service, config=ReaperConfig()).run_once()
 
 
 async def test_timeout_caps_the_lease_and_stops_a_job_that_heartbeats_forever(
@@ -50,7 +51,9 @@ async def test_timeout_caps_the_lease_and_stops_a_job_that_heartbeats_forever(
 
     # The second attempt times out too: attempts are exhausted, the job is dead.
     async with clean_db.begin() as conn:
-        await conn.execute(text("UPDATE jobs SET run_at = now()"))
+        await conn.execute(
+            text("UPDATE jobs SET run_at = now(), status = 'pending' WHERE status = 'scheduled'")
+        )
     [c2] = await claim(client)
     async with clean_db.begin() as conn:
         await conn.execute(

@@ -15,6 +15,7 @@ from fastapi import FastAPI
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.api.state import app_state
 from app.main import create_app
 from app.settings import Settings
 from tests.api.helpers import claim, enqueue
@@ -45,7 +46,7 @@ async def running_app(database_url: str, **overrides: Any) -> AsyncIterator[http
 
 def parked(client: httpx.AsyncClient) -> Callable[[], Awaitable[bool]]:
     async def check() -> bool:
-        return bool(client.app.state.hub.parked)  # type: ignore[attr-defined]
+        return bool(app_state(client.app).running().hub.parked)  # type: ignore[attr-defined]
 
     return check
 
@@ -127,7 +128,7 @@ async def test_listener_killed_reconnects_and_still_wakes(
     database_url: str, clean_db: AsyncEngine
 ) -> None:
     async with running_app(database_url) as a, running_app(database_url) as b:
-        control = b.app.state.control  # type: ignore[attr-defined]
+        control = app_state(b.app).running().control  # type: ignore[attr-defined]
         async with clean_db.begin() as conn:
             killed = (
                 await conn.execute(
@@ -161,7 +162,7 @@ async def test_parked_claims_hold_no_pooled_connections(
         ]
 
         async def all_parked() -> bool:
-            return bool(client.app.state.hub.parked == 200)  # type: ignore[attr-defined]
+            return bool(app_state(client.app).running().hub.parked == 200)  # type: ignore[attr-defined]
 
         await poll_until(all_parked, within=20)
         async with clean_db.connect() as conn:
@@ -181,7 +182,7 @@ async def test_parked_claims_hold_no_pooled_connections(
             return sum(t.done() for t in waiting) >= 5
 
         await poll_until(five_answered, within=10)
-        client.app.state.hub.close()  # type: ignore[attr-defined]
+        app_state(client.app).running().hub.close()  # type: ignore[attr-defined]
         results = await asyncio.gather(*waiting)
         got = [j["id"] for r in results for j in r]
         assert sorted(got) == sorted(set(got)) and len(got) == 5
@@ -230,7 +231,7 @@ async def test_client_that_went_away_claims_nothing(
         gone.set()
 
         async def unparked() -> bool:
-            return not app.state.hub.parked
+            return not app_state(app).running().hub.parked
 
         await poll_until(unparked, within=5)
         job = await enqueue(client, queue="lp")
@@ -243,7 +244,7 @@ async def test_client_that_went_away_claims_nothing(
 async def test_wait_seconds_bounds(client: httpx.AsyncClient, wait_seconds: int) -> None:
     # 0 answers at once; the maximum is accepted (and the hub is closed, so it returns now).
     client_app = client._transport.app  # type: ignore[attr-defined]
-    client_app.state.hub.close()
+    app_state(client_app).running().hub.close()
     assert await claim(client, queues=["none"], wait_seconds=wait_seconds) == []
 
 
@@ -270,10 +271,10 @@ async def test_backstop_wakes_only_queues_with_due_jobs(
         app: FastAPI = client.app  # type: ignore[attr-defined]
         from app.wakeup.backstop import Backstop
 
-        service = app.state.service
-        backstop = Backstop(engine=service.engine, repository=service.repo, hub=app.state.hub)
-        empty = app.state.hub.register(["empty"])
-        busy = [app.state.hub.register(["busy"]) for _ in range(3)]
+        service = app_state(app).running().service
+        backstop = Backstop(service=service, hub=app_state(app).running().hub)
+        empty = app_state(app).running().hub.register(["empty"])
+        busy = [app_state(app).running().hub.register(["busy"]) for _ in range(3)]
         await enqueue(client, queue="busy")
         await enqueue(client, queue="busy")
         assert await backstop.run_once() == 2
@@ -285,7 +286,7 @@ async def test_jobs_claimed_as_the_client_leaves_are_given_back(
 ) -> None:
     async with running_app(database_url) as client:
         app: FastAPI = client.app  # type: ignore[attr-defined]
-        service = app.state.service
+        service = app_state(app).running().service
         gone = asyncio.Event()
         real_claim = service.repo.job_claim
 

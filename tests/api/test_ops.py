@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 
 from tests.api.helpers import claim, enqueue, lease, lease_call
+from tests.polling import poll_until
 
 
 async def test_pause_stops_claims_and_resume_restores_them(client: httpx.AsyncClient) -> None:
@@ -58,3 +61,17 @@ async def test_pause_validates_queue_name(client: httpx.AsyncClient) -> None:
 async def test_health_and_readiness(client: httpx.AsyncClient) -> None:
     assert (await client.get("/healthz")).json() == {"status": "ok"}
     assert (await client.get("/readyz")).json() == {"status": "ok"}
+
+
+async def test_metrics_show_waiting_claims_and_loop_health(client: httpx.AsyncClient) -> None:
+    waiting = asyncio.create_task(claim(client, queues=["idle"], wait_seconds=10))
+
+    async def one_waiting() -> bool:
+        return "jobq_claims_waiting 1.0" in (await client.get("/metrics")).text
+
+    await poll_until(one_waiting, within=5, what="the claim to park")
+    scrape = (await client.get("/metrics")).text
+    assert 'jobq_loop_stalled{loop="promoter"} 0.0' in scrape
+    assert 'jobq_loop_failures{loop="backstop"} 0.0' in scrape
+    await enqueue(client, queue="idle")
+    assert len(await asyncio.wait_for(waiting, 5)) == 1

@@ -14,6 +14,7 @@ from fastapi import FastAPI
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.api.state import app_state
 from app.main import create_app
 from app.maintenance.reaper import Reaper, ReaperConfig
 from app.settings import Settings
@@ -80,14 +81,13 @@ class Service:
                 ),
                 {"id": job_id},
             )
-        service = self.app.state.service
-        counts = await Reaper(
-            engine=service.engine, repository=service.repo, config=ReaperConfig()
-        ).run_once()
+        service = app_state(self.app).running().service
+        counts = await Reaper(service=service, config=ReaperConfig()).run_once()
         assert counts.retried == 1, counts
         async with engine.begin() as conn:
             await conn.execute(
-                text("UPDATE jobs SET run_at = now() WHERE id = :id"), {"id": job_id}
+                text("UPDATE jobs SET run_at = now(), status = 'pending' WHERE id = :id"),
+                {"id": job_id},
             )
 
 

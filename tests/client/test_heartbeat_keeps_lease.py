@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.api.state import app_state
 from jobq_client import JobContext
 from tests.client.helpers import running_service
 from tests.polling import poll_until
@@ -26,7 +27,7 @@ async def test_a_20s_job_on_a_3s_lease_is_held_by_heartbeats_and_never_handed_ou
     async with running_service(
         database_url, maintenance_enabled=True, reaper_interval_seconds=0.2
     ) as service:
-        runner = service.app.state.maintenance
+        runner = app_state(service.app).running().runner
         await poll_until(lambda: runner.is_leader, within=10, what="maintenance to be elected")
 
         options: dict[str, Any] = {

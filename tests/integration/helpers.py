@@ -2,16 +2,39 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.queue.repository import BackoffPolicy, Repository
+from app.main import repository_for
+from app.queue.repository import Repository
+from app.queue.service import JobService
+from app.settings import Settings
 
 
 def repository() -> Repository:
-    return Repository(backoff=BackoffPolicy())
+    """The repository with the default settings' policies."""
+    return repository_for(Settings(database_url="postgresql://unused/unused"))
+
+
+def service(engine: AsyncEngine) -> JobService:
+    """A service on the engine with the default settings (no waiters, announcements go nowhere)."""
+    defaults = Settings(database_url="postgresql://unused/unused")
+    return JobService(
+        engine=engine,
+        repository=repository(),
+        max_attempts_default=defaults.max_attempts_default,
+        lease_seconds_default=defaults.lease_seconds_default,
+    )
+
+
+async def db_now(engine: AsyncEngine) -> datetime:
+    """The database's clock: the reference for exact deadlines."""
+    async with engine.connect() as conn:
+        value: datetime = (await conn.execute(text("SELECT now()"))).scalar_one()
+        return value
 
 
 async def seed_jobs(engine: AsyncEngine, count: int, **columns: Any) -> list[int]:
@@ -28,6 +51,15 @@ async def seed_jobs(engine: AsyncEngine, count: int, **columns: Any) -> list[int
             {**values, "n": count},
         )
         return [row[0] for row in result]
+
+
+async def set_columns(engine: AsyncEngine, ids: list[int], **columns: Any) -> None:
+    """Sets columns of the given jobs (values are binds)."""
+    assignments = ", ".join(f"{k} = :{k}" for k in columns)
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(f"UPDATE jobs SET {assignments} WHERE id = ANY(:ids)"), {**columns, "ids": ids}
+        )
 
 
 async def job_row(engine: AsyncEngine, job_id: int) -> dict[str, Any]:

@@ -56,6 +56,11 @@ def test_upgrade_downgrade_upgrade_round_trip(empty_database: str) -> None:
     assert asyncio.run(_inspect(empty_database, _functions)) == {
         "jobq_backoff",
         "jobq_errors_append",
+        "jobq_counter_shard",
+        "jobq_counts_inserted",
+        "jobq_counts_updated",
+        "jobq_counts_deleted",
+        "jobq_counts_truncated",
     }
     downgrade(empty_database, "base")
     assert asyncio.run(_inspect(empty_database, _tables)) == {"alembic_version"}
@@ -67,3 +72,50 @@ def test_upgrade_downgrade_upgrade_round_trip(empty_database: str) -> None:
 def test_models_match_migrations(empty_database: str) -> None:
     upgrade(empty_database)
     assert asyncio.run(_inspect(empty_database, _diff)) == []
+
+
+async def _run_sql(url: str, *statements: str) -> list[Any]:
+    engine = create_async_engine(async_url(url), poolclass=NullPool)
+    try:
+        async with engine.begin() as conn:
+            results = [await conn.execute(text(s)) for s in statements]
+            return [r.all() if r.returns_rows else None for r in results]
+    finally:
+        await engine.dispose()
+
+
+def test_0006_moves_waiting_jobs_clamps_unreadable_times_and_counts_the_history(
+    empty_database: str,
+) -> None:
+    upgrade(empty_database, "0005")
+    columns = "(queue, type, status, max_attempts, lease_seconds, run_at)"
+    asyncio.run(
+        _run_sql(
+            empty_database,
+            f"INSERT INTO jobs {columns} VALUES "
+            "('q', 'due', 'pending', 1, 30, now() - interval '1 minute'), "
+            "('q', 'later', 'pending', 1, 30, now() + interval '1 day'), "
+            "('q', 'done', 'succeeded', 1, 30, now()), "
+            "('r', 'bc', 'pending', 1, 30, '0001-01-01 00:00:00+05'), "
+            "('r', 'far', 'pending', 1, 30, '9999-12-31 23:59:59-05')",
+        )
+    )
+    upgrade(empty_database)
+    [rows, counts] = asyncio.run(
+        _run_sql(
+            empty_database,
+            "SELECT type, status, run_at::text FROM jobs ORDER BY id",
+            "SELECT queue, status, sum(jobs)::int FROM queue_counts GROUP BY 1, 2 ORDER BY 1, 2",
+        )
+    )
+    by_type = {t: (s, r) for t, s, r in rows}
+    assert by_type["due"][0] == "pending" and by_type["later"][0] == "scheduled"
+    assert by_type["bc"] == ("pending", "1970-01-01 00:00:00+00")
+    assert by_type["far"] == ("scheduled", "8999-12-31 23:59:59+00")
+    assert counts == [
+        ("q", "pending", 1),
+        ("q", "scheduled", 1),
+        ("q", "succeeded", 1),
+        ("r", "pending", 1),
+        ("r", "scheduled", 1),
+    ]

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from fastapi.exceptions import RequestValidationError
 
+from app.api.schemas import EnqueueRequest, request_fingerprint
 from app.api.strict_json import parse_strict_json
 from app.db import async_url
 from app.errors import InvalidInput, field_name
-from app.queue.service import decode_cursor, encode_cursor, request_fingerprint
-from app.schemas import EnqueueRequest
+from app.queue.service import decode_cursor, encode_cursor
 from app.settings import Settings
 
 
@@ -66,20 +66,6 @@ def test_async_url_normalises_drivers() -> None:
     assert async_url("postgresql+psycopg://u@h/db").drivername == "postgresql+asyncpg"
     with pytest.raises(ValueError):
         async_url("mysql://u@h/db")
-
-
-def test_checkpoint_size_limit() -> None:
-    import uuid
-
-    from pydantic import ValidationError
-
-    from app.schemas import MAX_CHECKPOINT_BYTES, HeartbeatItem
-
-    ref = {"job_id": 1, "lease_id": str(uuid.uuid4())}
-    assert HeartbeatItem.model_validate({**ref, "checkpoint": {"a": "x" * 1000}})
-    with pytest.raises(ValidationError) as info:
-        HeartbeatItem.model_validate({**ref, "checkpoint": "x" * MAX_CHECKPOINT_BYTES})
-    assert info.value.errors()[0]["loc"] == ("checkpoint",)
 
 
 def test_brief_keeps_one_line_of_an_error() -> None:

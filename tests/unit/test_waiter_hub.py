@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from app.queue.waiters import WaiterHub
 from app.wakeup.control import decode_payload, encode_payload
-from app.wakeup.hub import WaiterHub
 
 
 async def test_notify_wakes_as_many_as_jobs_oldest_first() -> None:

@@ -2,15 +2,21 @@
 -- saying what it does; app/queue/queries.py loads them and app/queue/repository.py is the only
 -- caller. Parameters are :name binds; jsonb arguments are passed as JSON text.
 -- Every state change is one conditional statement: the rows it returns are the verdict.
+-- Per-queue counts are kept by triggers on jobs (migration 0006), not by these statements.
+-- Statements of the maintenance loops take an optional :now (NULL: the database's now()), so
+-- tests can run them exactly at a deadline.
 
 -- name: job_enqueue
--- Inserts jobs in order; an item whose (queue, idempotency_key) exists is skipped and answered with no job.
+-- Inserts jobs in order (scheduled when run_at is ahead); an item whose (queue, idempotency_key) exists is skipped and answered with no job.
 WITH items AS MATERIALIZED (
-    SELECT t.ord, t.item, nextval(pg_get_serial_sequence('jobs', 'id')) AS new_id
+    SELECT t.ord, t.item, nextval(pg_get_serial_sequence('jobs', 'id')) AS new_id,
+           COALESCE((t.item->>'run_at')::timestamptz,
+                    now() + make_interval(secs => COALESCE((t.item->>'delay_seconds')::float8, 0)))
+               AS run_at
     FROM jsonb_array_elements(CAST(:items AS jsonb)) WITH ORDINALITY AS t(item, ord)
 ),
 inserted AS (
-    INSERT INTO jobs (id, queue, type, payload, priority, max_attempts, lease_seconds,
+    INSERT INTO jobs (id, queue, type, payload, priority, status, max_attempts, lease_seconds,
                       timeout_seconds, run_at, idempotency_key, idempotency_hash)
     OVERRIDING SYSTEM VALUE
     SELECT new_id,
@@ -18,11 +24,11 @@ inserted AS (
            item->>'type',
            COALESCE(item->'payload', 'null'::jsonb),
            (item->>'priority')::int,
+           CASE WHEN run_at > now() THEN 'scheduled' ELSE 'pending' END,
            (item->>'max_attempts')::int,
            (item->>'lease_seconds')::int,
            (item->>'timeout_seconds')::int,
-           COALESCE((item->>'run_at')::timestamptz,
-                    now() + make_interval(secs => COALESCE((item->>'delay_seconds')::float8, 0))),
+           run_at,
            item->>'idempotency_key',
            item->>'idempotency_hash'
     FROM items
@@ -30,48 +36,75 @@ inserted AS (
     ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING *
 )
-SELECT items.ord AS ord, inserted.*, now() AS db_now
+SELECT items.ord AS ord, inserted.*
 FROM items LEFT JOIN inserted ON inserted.id = items.new_id
 ORDER BY items.ord;
 
 -- name: job_get_by_idempotency_keys
 -- Reads the jobs holding the given (queue, idempotency_key) pairs.
-SELECT j.*, now() AS db_now
+SELECT j.*
 FROM jsonb_to_recordset(CAST(:keys AS jsonb)) AS k(queue text, idempotency_key text)
 JOIN jobs j ON j.queue = k.queue AND j.idempotency_key = k.idempotency_key;
 
 -- name: job_get
 -- Reads one job by id.
-SELECT j.*, now() AS db_now FROM jobs j WHERE j.id = :id;
+SELECT * FROM jobs WHERE id = :id;
 
 -- name: job_claim
--- Leases up to :max_jobs due jobs from the given unpaused queues, best priority first, skipping rows others hold.
--- Each queue is walked in ix_jobs_claimable order (no sort of the backlog); only the few candidates are sorted.
-WITH queue_names AS (
+-- Leases up to :max_jobs due jobs from the given unpaused queues, best priority first, locking only the rows it takes.
+-- Each queue is walked in ix_jobs_claimable order (no sort of the backlog). With several queues,
+-- an unlocked look at each queue's head first decides how many jobs each gives (its share of the
+-- best :max_jobs); the locking walk then takes that many per queue, skipping rows others hold.
+WITH queue_names AS MATERIALIZED (
     SELECT DISTINCT q.name
     FROM unnest(CAST(:queues AS text[])) AS q(name)
     WHERE NOT EXISTS (SELECT 1 FROM queues p WHERE p.name = q.name AND p.paused)
 ),
-candidates AS (
-    SELECT c.id, c.priority, c.run_at
-    FROM queue_names qn
-    CROSS JOIN LATERAL (
-        SELECT j.id, j.priority, j.run_at
-        FROM jobs j
-        WHERE j.queue = qn.name AND j.status = 'pending' AND j.run_at <= now()
-        ORDER BY j.priority DESC, j.run_at, j.id
+shares AS (
+    SELECT name AS queue, CAST(:max_jobs AS int) AS take
+    FROM queue_names
+    WHERE (SELECT count(*) FROM queue_names) = 1
+    UNION ALL
+    SELECT best.queue, count(*)::int
+    FROM (
+        SELECT c.queue
+        FROM queue_names qn
+        CROSS JOIN LATERAL (
+            -- Pending means due (scheduled jobs are another state), so this look needs no run_at
+            -- bound; without one, only ix_jobs_claimable yields this order and it reads the head.
+            -- The locking walk below still checks run_at, for rows older code may write.
+            SELECT j.queue, j.priority, j.run_at, j.id
+            FROM jobs j
+            WHERE j.queue = qn.name AND j.status = 'pending'
+            ORDER BY j.priority DESC, j.run_at, j.id
+            LIMIT :max_jobs
+        ) c
+        ORDER BY c.priority DESC, c.run_at, c.id
         LIMIT :max_jobs
-        FOR UPDATE SKIP LOCKED
-    ) c
+    ) best
+    WHERE (SELECT count(*) FROM queue_names) > 1
+    GROUP BY best.queue
 ),
 picked AS MATERIALIZED (
-    SELECT id FROM candidates ORDER BY priority DESC, run_at, id LIMIT :max_jobs
+    SELECT l.id
+    FROM shares s
+    CROSS JOIN LATERAL (
+        SELECT j.id
+        FROM jobs j
+        WHERE j.queue = s.queue AND j.status = 'pending' AND j.run_at <= now()
+        ORDER BY j.priority DESC, j.run_at, j.id
+        LIMIT s.take
+        FOR UPDATE SKIP LOCKED
+    ) l
+    -- The shares add up to at most :max_jobs; saying so lets the planner join by index.
+    LIMIT :max_jobs
 )
 UPDATE jobs j
 SET status = 'running',
     attempts = j.attempts + 1,
     lease_id = gen_random_uuid(),
     worker_id = :worker_id,
+    lease_ended_by = NULL,
     lease_granted_seconds = COALESCE(CAST(:lease_seconds AS int), j.lease_seconds),
     lease_expires_at = now() + make_interval(secs => LEAST(
         COALESCE(CAST(:lease_seconds AS int), j.lease_seconds),
@@ -80,10 +113,10 @@ SET status = 'running',
     updated_at = now()
 FROM picked
 WHERE j.id = picked.id
-RETURNING j.*, now() AS db_now;
+RETURNING j.*;
 
 -- name: job_heartbeat
--- Extends the leases the worker still holds, saving checkpoint and progress in the same ownership-checked update.
+-- Extends the leases the worker still holds, saving checkpoint and progress in the same ownership-checked update; answers only the items it took.
 WITH items AS MATERIALIZED (
     SELECT t.ord,
            (t.item->>'job_id')::bigint AS job_id,
@@ -94,68 +127,49 @@ WITH items AS MATERIALIZED (
            t.item ? 'progress' AS has_progress,
            NULLIF(t.item->'progress', 'null'::jsonb) AS progress
     FROM jsonb_array_elements(CAST(:items AS jsonb)) WITH ORDINALITY AS t(item, ord)
-),
-updated AS (
-    UPDATE jobs j
-    -- Never past the attempt's maximum run time: a stuck worker cannot heartbeat forever.
-    SET lease_expires_at = LEAST(
-            now() + make_interval(secs => COALESCE(i.lease_seconds, j.lease_granted_seconds,
-                                                   j.lease_seconds)),
-            j.started_at + make_interval(secs => j.timeout_seconds)),
-        checkpoint = CASE WHEN i.has_checkpoint THEN i.checkpoint ELSE j.checkpoint END,
-        checkpoint_at = CASE WHEN i.has_checkpoint THEN now() ELSE j.checkpoint_at END,
-        progress = CASE WHEN i.has_progress THEN i.progress ELSE j.progress END,
-        updated_at = now()
-    FROM items i
-    WHERE j.id = i.job_id AND j.lease_id = i.lease_id
-      AND j.status = 'running' AND j.worker_id = :worker_id
-      AND (j.timeout_seconds IS NULL
-           OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
-    RETURNING j.id, j.lease_id, j.status, j.lease_expires_at
 )
-SELECT i.ord, i.job_id, u.status, u.lease_expires_at,
-       COALESCE(cur.status = 'cancelled' AND cur.lease_id = i.lease_id, false) AS cancelled,
-       COALESCE(u.id IS NULL AND cur.status = 'running' AND cur.lease_id = i.lease_id
-                AND now() >= cur.started_at + make_interval(secs => cur.timeout_seconds),
-                false) AS timed_out
+UPDATE jobs j
+-- Never past the attempt's maximum run time: a stuck worker cannot heartbeat forever.
+SET lease_expires_at = LEAST(
+        now() + make_interval(secs => COALESCE(i.lease_seconds, j.lease_granted_seconds,
+                                               j.lease_seconds)),
+        j.started_at + make_interval(secs => j.timeout_seconds)),
+    checkpoint = CASE WHEN i.has_checkpoint THEN i.checkpoint ELSE j.checkpoint END,
+    checkpoint_at = CASE WHEN i.has_checkpoint THEN now() ELSE j.checkpoint_at END,
+    progress = CASE WHEN i.has_progress THEN i.progress ELSE j.progress END,
+    updated_at = now()
 FROM items i
-LEFT JOIN updated u ON u.id = i.job_id AND u.lease_id = i.lease_id
-LEFT JOIN jobs cur ON cur.id = i.job_id
-ORDER BY i.ord;
+WHERE j.id = i.job_id AND j.lease_id = i.lease_id
+  AND j.status = 'running' AND j.worker_id = :worker_id
+  AND (j.timeout_seconds IS NULL
+       OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
+RETURNING i.ord, j.id AS job_id, j.status, j.lease_expires_at;
 
 -- name: job_complete
--- Marks held jobs succeeded with their result; a repeat with the same lease answers the same success.
+-- Marks held jobs succeeded with their result, unless the attempt ran past its timeout; answers only the items it took.
 WITH items AS MATERIALIZED (
     SELECT t.ord,
            (t.item->>'job_id')::bigint AS job_id,
            (t.item->>'lease_id')::uuid AS lease_id,
            NULLIF(t.item->'result', 'null'::jsonb) AS result
     FROM jsonb_array_elements(CAST(:items AS jsonb)) WITH ORDINALITY AS t(item, ord)
-),
-updated AS (
-    UPDATE jobs j
-    SET status = 'succeeded',
-        result = i.result,
-        finished_at = now(),
-        lease_expires_at = NULL,
-        updated_at = now()
-    FROM items i
-    WHERE j.id = i.job_id AND j.lease_id = i.lease_id
-      AND j.status = 'running' AND j.worker_id = :worker_id
-    RETURNING j.id, j.lease_id, j.status
 )
-SELECT i.ord, i.job_id,
-       COALESCE(u.status,
-                CASE WHEN cur.status = 'succeeded' AND cur.lease_id = i.lease_id
-                          AND cur.worker_id = :worker_id THEN cur.status END) AS status,
-       COALESCE(cur.status = 'cancelled' AND cur.lease_id = i.lease_id, false) AS cancelled
+UPDATE jobs j
+SET status = 'succeeded',
+    result = i.result,
+    finished_at = now(),
+    lease_expires_at = NULL,
+    lease_ended_by = 'complete',
+    updated_at = now()
 FROM items i
-LEFT JOIN updated u ON u.id = i.job_id AND u.lease_id = i.lease_id
-LEFT JOIN jobs cur ON cur.id = i.job_id
-ORDER BY i.ord;
+WHERE j.id = i.job_id AND j.lease_id = i.lease_id
+  AND j.status = 'running' AND j.worker_id = :worker_id
+  AND (j.timeout_seconds IS NULL
+       OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
+RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue;
 
 -- name: job_fail
--- Records a failed attempt of held jobs: back to pending after a backoff, or dead when not retryable or out of attempts.
+-- Records a failed attempt of held jobs: scheduled after a backoff (pending when retry_after_seconds is 0), or dead when not retryable or out of attempts.
 WITH items AS MATERIALIZED (
     SELECT t.ord,
            (t.item->>'job_id')::bigint AS job_id,
@@ -166,48 +180,38 @@ WITH items AS MATERIALIZED (
            t.item ? 'checkpoint' AS has_checkpoint,
            NULLIF(t.item->'checkpoint', 'null'::jsonb) AS checkpoint
     FROM jsonb_array_elements(CAST(:items AS jsonb)) WITH ORDINALITY AS t(item, ord)
-),
-updated AS (
-    UPDATE jobs j
-    SET status = CASE WHEN i.retryable AND j.attempts < j.max_attempts
-                      THEN 'pending' ELSE 'dead' END,
-        run_at = CASE WHEN i.retryable AND j.attempts < j.max_attempts
-                      THEN now() + COALESCE(make_interval(secs => i.retry_after_seconds),
-                                            jobq_backoff(j.attempts, CAST(:backoff_base AS float8),
-                                                         CAST(:backoff_cap AS float8)))
-                      ELSE j.run_at END,
-        finished_at = CASE WHEN i.retryable AND j.attempts < j.max_attempts
-                           THEN NULL ELSE now() END,
-        last_error = i.error,
-        errors = jobq_errors_append(
-            j.errors,
-            jsonb_build_object('attempt', j.attempts, 'at', now(), 'error', i.error,
-                               'worker_id', j.worker_id, 'kind', 'failed'),
-            CAST(:errors_kept AS int)),
-        checkpoint = CASE WHEN i.has_checkpoint THEN i.checkpoint ELSE j.checkpoint END,
-        checkpoint_at = CASE WHEN i.has_checkpoint THEN now() ELSE j.checkpoint_at END,
-        lease_expires_at = NULL,
-        updated_at = now()
-    FROM items i
-    WHERE j.id = i.job_id AND j.lease_id = i.lease_id
-      AND j.status = 'running' AND j.worker_id = :worker_id
-    RETURNING j.id, j.lease_id, j.status, j.run_at
 )
-SELECT i.ord, i.job_id,
-       COALESCE(u.status,
-                CASE WHEN cur.status IN ('pending', 'dead') AND cur.lease_id = i.lease_id
-                          AND cur.worker_id = :worker_id THEN cur.status END) AS status,
-       COALESCE(u.run_at, cur.run_at) AS run_at,
-       cur.queue,
-       u.id IS NOT NULL AND u.status = 'pending' AND u.run_at <= now() AS claimable_now,
-       COALESCE(cur.status = 'cancelled' AND cur.lease_id = i.lease_id, false) AS cancelled
+UPDATE jobs j
+SET status = CASE WHEN NOT (i.retryable AND j.attempts < j.max_attempts) THEN 'dead'
+                  WHEN i.retry_after_seconds = 0 THEN 'pending'
+                  ELSE 'scheduled' END,
+    run_at = CASE WHEN i.retryable AND j.attempts < j.max_attempts
+                  THEN now() + COALESCE(make_interval(secs => i.retry_after_seconds),
+                                        jobq_backoff(j.attempts, CAST(:backoff_base AS float8),
+                                                     CAST(:backoff_cap AS float8)))
+                  ELSE j.run_at END,
+    finished_at = CASE WHEN i.retryable AND j.attempts < j.max_attempts
+                       THEN NULL ELSE now() END,
+    last_error = i.error,
+    errors = jobq_errors_append(
+        j.errors,
+        jsonb_build_object('attempt', j.attempts, 'at', now(), 'error', i.error,
+                           'worker_id', j.worker_id, 'kind', 'failed'),
+        CAST(:errors_kept AS int)),
+    checkpoint = CASE WHEN i.has_checkpoint THEN i.checkpoint ELSE j.checkpoint END,
+    checkpoint_at = CASE WHEN i.has_checkpoint THEN now() ELSE j.checkpoint_at END,
+    lease_expires_at = NULL,
+    lease_ended_by = 'fail',
+    updated_at = now()
 FROM items i
-LEFT JOIN updated u ON u.id = i.job_id AND u.lease_id = i.lease_id
-LEFT JOIN jobs cur ON cur.id = i.job_id
-ORDER BY i.ord;
+WHERE j.id = i.job_id AND j.lease_id = i.lease_id
+  AND j.status = 'running' AND j.worker_id = :worker_id
+  AND (j.timeout_seconds IS NULL
+       OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
+RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue;
 
 -- name: job_release
--- Returns held jobs to pending (now or after a delay) without charging the attempt, keeping or replacing the checkpoint.
+-- Returns held jobs to pending (scheduled after a delay) without charging the attempt, keeping or replacing the checkpoint.
 WITH items AS MATERIALIZED (
     SELECT t.ord,
            (t.item->>'job_id')::bigint AS job_id,
@@ -216,61 +220,102 @@ WITH items AS MATERIALIZED (
            t.item ? 'checkpoint' AS has_checkpoint,
            NULLIF(t.item->'checkpoint', 'null'::jsonb) AS checkpoint
     FROM jsonb_array_elements(CAST(:items AS jsonb)) WITH ORDINALITY AS t(item, ord)
-),
-updated AS (
-    UPDATE jobs j
-    SET status = 'pending',
-        attempts = GREATEST(j.attempts - 1, 0),
-        run_at = now() + make_interval(secs => i.delay_seconds),
-        checkpoint = CASE WHEN i.has_checkpoint THEN i.checkpoint ELSE j.checkpoint END,
-        checkpoint_at = CASE WHEN i.has_checkpoint THEN now() ELSE j.checkpoint_at END,
-        lease_expires_at = NULL,
-        updated_at = now()
-    FROM items i
-    WHERE j.id = i.job_id AND j.lease_id = i.lease_id
-      AND j.status = 'running' AND j.worker_id = :worker_id
-    RETURNING j.id, j.lease_id, j.status, j.run_at
+)
+UPDATE jobs j
+SET status = CASE WHEN i.delay_seconds > 0 THEN 'scheduled' ELSE 'pending' END,
+    attempts = GREATEST(j.attempts - 1, 0),
+    run_at = now() + make_interval(secs => i.delay_seconds),
+    checkpoint = CASE WHEN i.has_checkpoint THEN i.checkpoint ELSE j.checkpoint END,
+    checkpoint_at = CASE WHEN i.has_checkpoint THEN now() ELSE j.checkpoint_at END,
+    lease_expires_at = NULL,
+    lease_ended_by = 'release',
+    updated_at = now()
+FROM items i
+WHERE j.id = i.job_id AND j.lease_id = i.lease_id
+  AND j.status = 'running' AND j.worker_id = :worker_id
+  -- A worker cannot dodge its timeout by releasing: the overrun attempt counts as failed.
+  AND (j.timeout_seconds IS NULL
+       OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
+RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue;
+
+-- name: job_lease_verdict
+-- For lease items a transition did not take, read after it: a replay of that same transition (answered with the job's state now), or lost; and whether this lease was cancelled or timed out.
+-- Runs as its own statement so it sees what the transition saw when it re-checked the row:
+-- a fallback inside the transition's statement would read that statement's older snapshot.
+WITH items AS MATERIALIZED (
+    SELECT t.ord,
+           (t.item->>'job_id')::bigint AS job_id,
+           (t.item->>'lease_id')::uuid AS lease_id
+    FROM jsonb_array_elements(CAST(:items AS jsonb)) WITH ORDINALITY AS t(item, ord)
 )
 SELECT i.ord, i.job_id,
-       COALESCE(u.status,
-                CASE WHEN cur.status = 'pending' AND cur.lease_id = i.lease_id
-                          AND cur.worker_id = :worker_id THEN cur.status END) AS status,
-       COALESCE(u.run_at, cur.run_at) AS run_at,
-       cur.queue,
-       u.id IS NOT NULL AND u.status = 'pending' AND u.run_at <= now() AS claimable_now,
-       COALESCE(cur.status = 'cancelled' AND cur.lease_id = i.lease_id, false) AS cancelled
+       CASE WHEN mine AND j.lease_ended_by = CAST(:transition AS text) THEN j.status END AS status,
+       j.run_at,
+       j.lease_expires_at,
+       COALESCE(mine AND j.lease_ended_by = 'cancel', false) AS cancelled,
+       COALESCE(mine AND (j.lease_ended_by = 'timeout'
+                          OR (j.status = 'running' AND j.lease_ended_by IS NULL
+                              AND now() >= j.started_at + make_interval(secs => j.timeout_seconds))),
+                false) AS timed_out
 FROM items i
-LEFT JOIN updated u ON u.id = i.job_id AND u.lease_id = i.lease_id
-LEFT JOIN jobs cur ON cur.id = i.job_id
+LEFT JOIN jobs j ON j.id = i.job_id
+CROSS JOIN LATERAL (SELECT j.lease_id = i.lease_id AND j.worker_id = :worker_id AS mine) m
 ORDER BY i.ord;
 
 -- name: job_cancel
--- Cancels a pending or running job; a running job's lease stops being honoured at once.
-UPDATE jobs
-SET status = 'cancelled', finished_at = now(), lease_expires_at = NULL, updated_at = now()
-WHERE id = :id AND status IN ('pending', 'running')
-RETURNING *, now() AS db_now;
+-- Cancels a pending, scheduled or running job (a running job's lease ends at once); answers the job as it is now and whether this call changed it.
+-- The row is locked first, so the verdict and the answer describe the same, newest version even
+-- when another transition commits while this one waits for the row.
+WITH target AS (
+    SELECT * FROM jobs WHERE id = :id FOR UPDATE
+),
+cancelled AS (
+    UPDATE jobs j
+    SET status = 'cancelled',
+        finished_at = now(),
+        lease_expires_at = NULL,
+        lease_ended_by = CASE WHEN t.status = 'running' THEN 'cancel' ELSE j.lease_ended_by END,
+        updated_at = now()
+    FROM target t
+    WHERE j.id = t.id AND t.status IN ('pending', 'scheduled', 'running')
+    RETURNING j.*
+)
+SELECT true AS changed, cancelled.* FROM cancelled
+UNION ALL
+SELECT false AS changed, target.* FROM target WHERE NOT EXISTS (SELECT 1 FROM cancelled);
 
 -- name: job_retry
--- Puts a dead, cancelled or succeeded job back to pending with its attempts reset (its checkpoint is kept).
-UPDATE jobs
-SET status = 'pending', attempts = 0, run_at = now(), lease_id = NULL, worker_id = NULL,
-    lease_expires_at = NULL, started_at = NULL, finished_at = NULL, result = NULL,
-    updated_at = now()
-WHERE id = :id AND status IN ('dead', 'cancelled', 'succeeded')
-RETURNING *, now() AS db_now;
+-- Puts a dead, cancelled or succeeded job back to pending with its attempts reset (its checkpoint is kept); answers the job as it is now and whether this call changed it.
+WITH target AS (
+    SELECT * FROM jobs WHERE id = :id FOR UPDATE
+),
+retried AS (
+    UPDATE jobs j
+    SET status = 'pending', attempts = 0, run_at = now(), lease_id = NULL, worker_id = NULL,
+        lease_ended_by = NULL, lease_expires_at = NULL, started_at = NULL, finished_at = NULL,
+        result = NULL, updated_at = now()
+    FROM target t
+    WHERE j.id = t.id AND t.status IN ('dead', 'cancelled', 'succeeded')
+    RETURNING j.*
+)
+SELECT true AS changed, retried.* FROM retried
+UNION ALL
+SELECT false AS changed, target.* FROM target WHERE NOT EXISTS (SELECT 1 FROM retried);
 
 -- name: job_reap
--- Moves at most :batch_size running jobs whose lease expired (or whose run time passed timeout_seconds) back to pending after a backoff, or to dead on the last attempt.
-WITH expired AS MATERIALIZED (
-    SELECT id,
-           timeout_seconds IS NOT NULL
-               AND now() >= started_at + make_interval(secs => timeout_seconds) AS timed_out
-    FROM jobs
-    WHERE status = 'running' AND lease_expires_at < now()
-    ORDER BY lease_expires_at
+-- Moves at most :batch_size running jobs whose lease expired (or whose run time passed timeout_seconds) to scheduled after a backoff, or to dead on the last attempt.
+WITH clock AS (
+    SELECT COALESCE(CAST(:now AS timestamptz), now()) AS now
+),
+expired AS MATERIALIZED (
+    SELECT j.id,
+           j.timeout_seconds IS NOT NULL
+               AND c.now >= j.started_at + make_interval(secs => j.timeout_seconds) AS timed_out
+    FROM jobs j, clock c
+    WHERE j.status = 'running' AND j.lease_expires_at < c.now
+    ORDER BY j.lease_expires_at
     LIMIT :batch_size
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF j SKIP LOCKED
 ),
 reasons AS (
     SELECT id, timed_out,
@@ -278,26 +323,87 @@ reasons AS (
     FROM expired
 )
 UPDATE jobs j
-SET status = CASE WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+SET status = CASE WHEN j.attempts < j.max_attempts THEN 'scheduled' ELSE 'dead' END,
     run_at = CASE WHEN j.attempts < j.max_attempts
-                  THEN now() + jobq_backoff(j.attempts, CAST(:backoff_base AS float8),
+                  THEN c.now + jobq_backoff(j.attempts, CAST(:backoff_base AS float8),
                                             CAST(:backoff_cap AS float8))
                   ELSE j.run_at END,
-    finished_at = CASE WHEN j.attempts < j.max_attempts THEN NULL ELSE now() END,
+    finished_at = CASE WHEN j.attempts < j.max_attempts THEN NULL ELSE c.now END,
     last_error = r.reason,
     errors = jobq_errors_append(
         j.errors,
-        jsonb_build_object('attempt', j.attempts, 'at', now(), 'error', r.reason,
+        jsonb_build_object('attempt', j.attempts, 'at', c.now, 'error', r.reason,
                            'worker_id', j.worker_id,
                            'kind', CASE WHEN r.timed_out THEN 'timed_out' ELSE 'lease_expired' END),
         CAST(:errors_kept AS int)),
-    -- The lease is void: clearing it keeps a late fail / release from passing as a replay.
-    lease_id = NULL,
+    -- The lease id stays, so a late call with it learns it expired or timed out; as that is
+    -- not the caller's own transition it is never taken for a replay.
+    lease_ended_by = CASE WHEN r.timed_out THEN 'timeout' ELSE 'expire' END,
     lease_expires_at = NULL,
     updated_at = now()
-FROM reasons r
-WHERE j.id = r.id AND j.status = 'running' AND j.lease_expires_at < now()
+FROM reasons r, clock c
+WHERE j.id = r.id AND j.status = 'running' AND j.lease_expires_at < c.now
 RETURNING j.id, j.queue, j.status;
+
+-- name: job_promote
+-- Moves at most :batch_size scheduled jobs whose run_at has come to pending, oldest first; answers their queues.
+WITH due AS MATERIALIZED (
+    SELECT id
+    FROM jobs
+    WHERE status = 'scheduled' AND run_at <= COALESCE(CAST(:now AS timestamptz), now())
+    ORDER BY run_at
+    LIMIT :batch_size
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE jobs j
+SET status = 'pending', updated_at = now()
+FROM due
+WHERE j.id = due.id AND j.status = 'scheduled'
+RETURNING j.queue;
+
+-- name: job_prune
+-- Deletes at most :batch_size finished jobs whose retention has passed (succeeded, cancelled, dead each have their own), walking each state's own range of the index.
+WITH clock AS (
+    SELECT COALESCE(CAST(:now AS timestamptz), now()) AS now
+),
+cutoffs AS (
+    SELECT s.status, c.now - make_interval(secs => s.retention) AS before
+    FROM clock c,
+         (VALUES ('succeeded', CAST(:succeeded_seconds AS float8)),
+                 ('cancelled', CAST(:cancelled_seconds AS float8)),
+                 ('dead', CAST(:dead_seconds AS float8))) AS s(status, retention)
+),
+doomed AS MATERIALIZED (
+    SELECT d.id
+    FROM cutoffs co
+    CROSS JOIN LATERAL (
+        SELECT j.id
+        FROM jobs j
+        -- The IN list repeats the partial index's predicate, so the planner may use it.
+        WHERE j.status IN ('succeeded', 'cancelled', 'dead')
+          AND j.status = co.status AND j.finished_at < co.before
+        ORDER BY j.status, j.finished_at
+        LIMIT :batch_size
+        FOR UPDATE SKIP LOCKED
+    ) d
+    LIMIT :batch_size
+)
+DELETE FROM jobs j
+USING doomed
+WHERE j.id = doomed.id AND j.status IN ('succeeded', 'cancelled', 'dead')
+RETURNING j.id;
+
+-- name: queue_throughput_prune
+-- Deletes at most :batch_size per-minute outcome rows older than :keep_seconds.
+DELETE FROM queue_throughput t
+WHERE (t.queue, t.minute, t.outcome, t.shard) IN (
+    SELECT queue, minute, outcome, shard
+    FROM queue_throughput
+    WHERE minute < COALESCE(CAST(:now AS timestamptz), now()) - make_interval(secs => CAST(:keep_seconds AS float8))
+    ORDER BY minute
+    LIMIT :batch_size
+)
+RETURNING t.minute;
 
 -- name: queue_set_paused
 -- Pauses or resumes a queue; claims skip paused queues.
@@ -306,36 +412,47 @@ ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()
 RETURNING name, paused, updated_at;
 
 -- name: queue_stats
--- Counts jobs per queue and state, with the age of the oldest due pending job, for every known queue.
-WITH names AS (
-    SELECT DISTINCT queue AS name FROM jobs
+-- Per queue: jobs per state from the trigger-kept counters, the age of the oldest pending job (one index probe) and last minute's successes.
+WITH counts AS (
+    SELECT queue,
+           sum(jobs) FILTER (WHERE status = 'scheduled') AS scheduled,
+           sum(jobs) FILTER (WHERE status = 'pending') AS pending,
+           sum(jobs) FILTER (WHERE status = 'running') AS running,
+           sum(jobs) FILTER (WHERE status = 'succeeded') AS succeeded,
+           sum(jobs) FILTER (WHERE status = 'dead') AS dead,
+           sum(jobs) FILTER (WHERE status = 'cancelled') AS cancelled,
+           sum(jobs) AS total
+    FROM queue_counts
+    GROUP BY queue
+),
+names AS (
+    SELECT queue AS name FROM counts WHERE total <> 0
     UNION
     SELECT name FROM queues
-),
-counts AS (
-    SELECT queue,
-           count(*) FILTER (WHERE status = 'pending' AND run_at > now()) AS scheduled,
-           count(*) FILTER (WHERE status = 'pending' AND run_at <= now()) AS pending,
-           count(*) FILTER (WHERE status = 'running') AS running,
-           count(*) FILTER (WHERE status = 'succeeded') AS succeeded,
-           count(*) FILTER (WHERE status = 'dead') AS dead,
-           count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
-           min(run_at) FILTER (WHERE status = 'pending' AND run_at <= now()) AS oldest_due_at,
-           count(*) FILTER (WHERE status = 'succeeded' AND finished_at > now() - interval '1 minute')
-               AS succeeded_last_minute
-    FROM jobs
-    GROUP BY queue
 )
 SELECT n.name,
        COALESCE(q.paused, false) AS paused,
-       COALESCE(c.scheduled, 0) AS scheduled,
-       COALESCE(c.pending, 0) AS pending,
-       COALESCE(c.running, 0) AS running,
-       COALESCE(c.succeeded, 0) AS succeeded,
-       COALESCE(c.dead, 0) AS dead,
-       COALESCE(c.cancelled, 0) AS cancelled,
-       EXTRACT(EPOCH FROM now() - c.oldest_due_at)::float8 AS oldest_pending_age_seconds,
-       COALESCE(c.succeeded_last_minute, 0) AS succeeded_last_minute
+       COALESCE(c.scheduled, 0)::bigint AS scheduled,
+       COALESCE(c.pending, 0)::bigint AS pending,
+       COALESCE(c.running, 0)::bigint AS running,
+       COALESCE(c.succeeded, 0)::bigint AS succeeded,
+       COALESCE(c.dead, 0)::bigint AS dead,
+       COALESCE(c.cancelled, 0)::bigint AS cancelled,
+       (SELECT GREATEST(EXTRACT(EPOCH FROM now() - j.run_at), 0)::float8
+        FROM jobs j
+        WHERE j.queue = n.name AND j.status = 'pending'
+        -- Ordered as ix_jobs_pending_queue_run_at is: one probe of that index.
+        ORDER BY j.queue, j.run_at
+        LIMIT 1) AS oldest_pending_age_seconds,
+       -- The last 60 s, estimated from two minute buckets: all of this minute's, and the part of
+       -- the previous minute's that still lies inside the window.
+       COALESCE((SELECT round(sum(t.jobs * CASE WHEN t.minute = date_trunc('minute', now()) THEN 1
+                                                ELSE 1 - EXTRACT(EPOCH FROM now() - date_trunc('minute', now())) / 60
+                                           END))
+                 FROM queue_throughput t
+                 WHERE t.queue = n.name AND t.outcome = 'succeeded'
+                   AND t.minute >= date_trunc('minute', now()) - interval '1 minute'), 0)::bigint
+           AS succeeded_last_minute
 FROM names n
 LEFT JOIN queues q ON q.name = n.name
 LEFT JOIN counts c ON c.queue = n.name
@@ -364,22 +481,3 @@ SELECT 1 AS alive;
 -- name: health_ping
 -- Confirms the database answers.
 SELECT 1 AS alive;
-
--- name: job_prune
--- Deletes at most :batch_size finished jobs whose retention has passed (succeeded, cancelled, dead each have their own).
-WITH doomed AS MATERIALIZED (
-    SELECT id
-    FROM jobs
-    WHERE status IN ('succeeded', 'cancelled', 'dead')
-      AND finished_at < now() - make_interval(secs => CASE status
-              WHEN 'succeeded' THEN CAST(:succeeded_seconds AS float8)
-              WHEN 'cancelled' THEN CAST(:cancelled_seconds AS float8)
-              ELSE CAST(:dead_seconds AS float8) END)
-    ORDER BY finished_at
-    LIMIT :batch_size
-    FOR UPDATE SKIP LOCKED
-)
-DELETE FROM jobs j
-USING doomed
-WHERE j.id = doomed.id AND j.status IN ('succeeded', 'cancelled', 'dead')
-RETURNING j.id;

@@ -1,0 +1,48 @@
+"""The app's typed state: its settings from the start, and what the lifespan builds while it runs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from starlette.applications import Starlette
+
+from app.maintenance.runner import LoopRunner
+from app.queue.service import JobService
+from app.queue.waiters import WaiterHub
+from app.settings import Settings
+from app.wakeup.control import ControlChannel
+
+
+@dataclass
+class Runtime:
+    """What the lifespan builds: the service, the waiters, the control connection, the loops."""
+
+    service: JobService
+    hub: WaiterHub
+    control: ControlChannel
+    runner: LoopRunner
+    # Called from the signal handler: parked claims answer at once instead of holding the exit.
+    begin_shutdown: Callable[[], None]
+
+
+@dataclass
+class AppState:
+    """Everything the app keeps between requests, under ``app.state.jobq``."""
+
+    settings: Settings
+    runtime: Runtime | None = None
+
+    def running(self) -> Runtime:
+        """The runtime; fails when the lifespan has not started (or has ended)."""
+        if self.runtime is None:
+            raise RuntimeError("the app is not running: its lifespan has not started")
+        return self.runtime
+
+
+def app_state(app: Starlette) -> AppState:
+    """The app's state, as ``create_app`` stored it."""
+    state = app.state.jobq
+    if not isinstance(state, AppState):
+        raise TypeError("app.state.jobq is not an AppState: build the app with create_app()")
+    return state

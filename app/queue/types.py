@@ -1,0 +1,98 @@
+"""The queue core's own value types: what callers hand in and what the core answers (no wire models)."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import RowMapping
+
+from app.queue.states import JobStatus
+
+JobRow = RowMapping
+LeaseItem = Mapping[str, Any]  # {"job_id", "lease_id", ...the transition's own fields}
+
+
+class LeaseTransition(enum.StrEnum):
+    """The calls a lease holder makes; each of the last three ends the lease."""
+
+    HEARTBEAT = "heartbeat"
+    COMPLETE = "complete"
+    FAIL = "fail"
+    RELEASE = "release"
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """One job to enqueue, with defaults already applied by the caller's policy (or left ``None``).
+
+    ``fingerprint`` identifies the request for idempotency: the same key with another
+    fingerprint is a reuse, not a replay.
+    """
+
+    queue: str
+    type: str
+    payload: Any = None
+    priority: int = 0
+    run_at: datetime | None = None
+    delay_seconds: float | None = None
+    max_attempts: int | None = None
+    lease_seconds: int | None = None
+    timeout_seconds: int | None = None
+    idempotency_key: str | None = None
+    fingerprint: str | None = None
+
+
+@dataclass(frozen=True)
+class LeaseOutcome:
+    """The verdict for one lease item of a heartbeat / complete / fail / release call."""
+
+    job_id: int
+    status: str | None
+    cancelled: bool = False
+    timed_out: bool = False
+    lease_expires_at: datetime | None = None
+    run_at: datetime | None = None
+    queue: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Whether the caller held the lease (or is repeating the call that ended it)."""
+        return self.status is not None
+
+    @property
+    def claimable_now(self) -> bool:
+        """Whether this call made the job claimable at once (waiters should hear of it)."""
+        return self.status == JobStatus.PENDING and self.queue is not None
+
+
+@dataclass(frozen=True)
+class OpsOutcome:
+    """The answer to an ops action (cancel, retry): the job as it is now, and whether it moved."""
+
+    job: JobRow
+    changed: bool
+
+
+@dataclass(frozen=True)
+class ListFilter:
+    """Filters and keyset position of a job listing (newest first)."""
+
+    queue: str | None = None
+    status: JobStatus | None = None
+    type: str | None = None
+    before_id: int | None = None
+    limit: int = 50
+
+
+@dataclass(frozen=True)
+class BackoffPolicy:
+    """How long a failed or expired attempt waits before it may run again, and what history is kept."""
+
+    base_seconds: float
+    cap_seconds: float
+    errors_kept: int
+    error_max_chars: int
