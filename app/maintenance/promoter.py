@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from app.queue.service import JobService
+from app.maintenance.runner import BatchLoop
 from app.settings import setting_default
 
 PROMOTER_INTERVAL_DEFAULT: float = setting_default("promoter_interval_seconds")
@@ -26,7 +26,7 @@ class PromoterConfig:
             raise ValueError("batch_size must be within 1..10000")
 
 
-class Promoter:
+class Promoter(BatchLoop[PromoterConfig]):
     """Moves due scheduled jobs to pending in bounded batches and announces their queues.
 
     Jobs waiting for their time are kept out of the claim index (state ``scheduled``), so they
@@ -38,20 +38,6 @@ class Promoter:
 
     name = "promoter"
     leader_only = False
-
-    def __init__(self, *, service: JobService, config: PromoterConfig) -> None:
-        self.service = service
-        self.config = config
-
-    @property
-    def interval_seconds(self) -> float:
-        """Seconds between runs."""
-        return self.config.interval_seconds
-
-    @property
-    def batch_size(self) -> int:
-        """Jobs one batch may move."""
-        return self.config.batch_size
 
     async def run_once(self, *, now: datetime | None = None) -> int:
         """Promotes one batch of jobs due by ``now`` (default the database's now())."""

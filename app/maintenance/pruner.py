@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from app.queue.service import JobService
+from app.maintenance.runner import BatchLoop
 from app.settings import setting_default
 
 PRUNER_INTERVAL_DEFAULT: float = setting_default("pruner_interval_seconds")
@@ -47,25 +47,11 @@ class PruneCounts:
     throughput_rows: int
 
 
-class Pruner:
+class Pruner(BatchLoop[PrunerConfig]):
     """Deletes finished jobs past retention, one short statement per bounded batch."""
 
     name = "pruner"
     leader_only = True
-
-    def __init__(self, *, service: JobService, config: PrunerConfig) -> None:
-        self.service = service
-        self.config = config
-
-    @property
-    def interval_seconds(self) -> float:
-        """Seconds between runs."""
-        return self.config.interval_seconds
-
-    @property
-    def batch_size(self) -> int:
-        """Rows one batch may delete (of each kind)."""
-        return self.config.batch_size
 
     async def run_once(self, *, now: datetime | None = None) -> PruneCounts:
         """Deletes one batch of jobs and one of throughput minutes (as of ``now``)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from app.queue.service import JobService
+from app.maintenance.runner import BatchLoop
 from app.settings import setting_default
 
 REAPER_INTERVAL_DEFAULT: float = setting_default("reaper_interval_seconds")
@@ -40,25 +40,11 @@ class ReapCounts:
         return self.retried + self.dead
 
 
-class Reaper:
+class Reaper(BatchLoop[ReaperConfig]):
     """Returns expired leases to the queue in bounded batches; safe when two instances run it."""
 
     name = "reaper"
     leader_only = True
-
-    def __init__(self, *, service: JobService, config: ReaperConfig) -> None:
-        self.service = service
-        self.config = config
-
-    @property
-    def interval_seconds(self) -> float:
-        """Seconds between runs."""
-        return self.config.interval_seconds
-
-    @property
-    def batch_size(self) -> int:
-        """Leases one batch may take."""
-        return self.config.batch_size
 
     async def run_once(self, *, now: datetime | None = None) -> ReapCounts:
         """Reaps one batch (as of ``now``, default the database's now())."""

@@ -20,9 +20,10 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from app.errors import brief
+from app.queue.service import JobService
 from app.settings import setting_default
 
 logger = logging.getLogger("jobq.maintenance")
@@ -49,6 +50,40 @@ class Loop(Protocol):
     def leader_only(self) -> bool: ...
 
     async def run_batch(self) -> int: ...
+
+
+class BatchLoopConfig(Protocol):
+    """What every batch loop's frozen config carries."""
+
+    @property
+    def interval_seconds(self) -> float: ...
+
+    @property
+    def batch_size(self) -> int: ...
+
+
+ConfigT = TypeVar("ConfigT", bound=BatchLoopConfig)
+
+
+class BatchLoop(Generic[ConfigT]):
+    """Base of the loops that work in bounded batches through the service: its cadence and size."""
+
+    name: str
+    leader_only: bool
+
+    def __init__(self, *, service: JobService, config: ConfigT) -> None:
+        self.service = service
+        self.config = config
+
+    @property
+    def interval_seconds(self) -> float:
+        """Seconds between runs."""
+        return self.config.interval_seconds
+
+    @property
+    def batch_size(self) -> int:
+        """Rows one batch may handle."""
+        return self.config.batch_size
 
 
 @dataclass
