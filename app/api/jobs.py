@@ -87,10 +87,8 @@ def build_router(settings: Settings) -> APIRouter:
         response: Response,
         idempotency_key: Annotated[
             str | None,
-            Header(
-                alias="Idempotency-Key",
-                description="Not accepted here (422): give each job its own idempotency_key.",
-            ),
+            # Read only to refuse it; not offered in the contract.
+            Header(alias="Idempotency-Key", include_in_schema=False),
         ] = None,
     ) -> JobBatch:
         """Enqueues many jobs in one transaction, all or nothing; answers the jobs in order.
