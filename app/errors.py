@@ -119,13 +119,15 @@ def sqlstate(exc: BaseException) -> str | None:
 
 
 async def _jobq_error(_: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, JobqError)
+    if not isinstance(exc, JobqError):  # registered for that type only; never reached
+        return await _unexpected_error(_, exc)
     status, title, slug = ERROR_TABLE[type(exc)]
     return problem(status, title, exc.detail, slug=slug, errors=exc.errors)
 
 
 async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, RequestValidationError)
+    if not isinstance(exc, RequestValidationError):  # registered for that type only; never reached
+        return await _unexpected_error(_, exc)
     errors = [
         {"field": field_name(err.get("loc", ())), "message": err.get("msg", "invalid")}
         for err in exc.errors()
@@ -141,7 +143,8 @@ async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
 
 
 async def _http_error(_: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, StarletteHTTPException)
+    if not isinstance(exc, StarletteHTTPException):  # registered for that type only; never reached
+        return await _unexpected_error(_, exc)
     title = {
         400: "Bad Request",
         404: "Not Found",
@@ -153,7 +156,8 @@ async def _http_error(_: Request, exc: Exception) -> JSONResponse:
 
 
 async def _database_error(_: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, DBAPIError)
+    if not isinstance(exc, DBAPIError):  # registered for that type only; never reached
+        return await _unexpected_error(_, exc)
     code = sqlstate(exc) or ""
     if code.startswith("22"):
         # Data exceptions (out-of-range numbers, bad text): the input was unusable, not the server.
