@@ -1,7 +1,17 @@
-"""Engine factory and URL handling; every connection to PostgreSQL is made here."""
+"""Engine and driver-pool factories and URL handling; every connection to PostgreSQL is made here.
+
+Two pools: the SQLAlchemy engine (reads, ops actions, maintenance, migrations) and an asyncpg
+pool for the statements on the hot path (enqueue, claim, lease calls), which run prepared on the
+driver with its statement cache and none of SQLAlchemy's per-call machinery (measured: about
+half the CPU per statement). Both connect as ``application_name = 'jobq'``.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
+import asyncpg
+import orjson
 from sqlalchemy import MetaData
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -42,4 +52,46 @@ def create_engine(
         pool_timeout=pool_timeout,
         # Each pooled connection identifies itself in pg_stat_activity.
         connect_args={"server_settings": {"application_name": "jobq"}},
+    )
+
+
+def driver_dsn(url: str) -> str:
+    """The same server as a DSN asyncpg itself takes (no SQLAlchemy driver suffix)."""
+    return async_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def _encode_jsonb(value: bytes | str) -> bytes:
+    # Parameters arrive as JSON text already (app.queue.repository.to_json); jsonb's binary
+    # format is a version byte, then that text.
+    return b"\x01" + (value if isinstance(value, bytes) else value.encode())
+
+
+def _decode_jsonb(data: bytes) -> Any:
+    return orjson.loads(data[1:])
+
+
+async def _setup_connection(conn: Any) -> None:
+    await conn.set_type_codec(
+        "jsonb", schema="pg_catalog", encoder=_encode_jsonb, decoder=_decode_jsonb, format="binary"
+    )
+
+
+async def _keep_as_is(conn: Any) -> None:
+    """Release without asyncpg's reset query (a round trip per request).
+
+    Nothing on these connections changes session state: no SET, LISTEN or advisory lock (those
+    live on the control connection), and transactions end inside their block. A connection whose
+    statement was cancelled is terminated by its user instead of being released.
+    """
+
+
+async def create_driver_pool(url: str, *, size: int) -> Any:
+    """An asyncpg pool of ``size`` connections whose jsonb values are JSON text in, Python out."""
+    return await asyncpg.create_pool(
+        driver_dsn(url),
+        min_size=size,
+        max_size=size,
+        init=_setup_connection,
+        reset=_keep_as_is,
+        server_settings={"application_name": "jobq"},
     )

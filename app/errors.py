@@ -6,6 +6,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import asyncpg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -155,8 +156,19 @@ async def _http_error(_: Request, exc: Exception) -> JSONResponse:
     return problem(exc.status_code, title, str(exc.detail), headers=exc.headers)
 
 
+def _unavailable() -> JSONResponse:
+    return problem(
+        503,
+        "Service Unavailable",
+        "the database is unavailable; retry",
+        slug="database-unavailable",
+        headers={"Retry-After": "1"},
+    )
+
+
 async def _database_error(_: Request, exc: Exception) -> JSONResponse:
-    if not isinstance(exc, DBAPIError):  # registered for that type only; never reached
+    # SQLAlchemy's errors (reads, ops, maintenance) and asyncpg's own (the hot path) alike.
+    if not isinstance(exc, DBAPIError | asyncpg.PostgresError):  # never reached otherwise
         return await _unexpected_error(_, exc)
     code = sqlstate(exc) or ""
     if code.startswith("22"):
@@ -169,15 +181,16 @@ async def _database_error(_: Request, exc: Exception) -> JSONResponse:
         )
     if code == "23505":
         return problem(409, "Conflict", "a unique value already exists", slug="conflict")
-    if exc.connection_invalidated or code.startswith("08") or code in {"57P01", "57P03"}:
-        return problem(
-            503,
-            "Service Unavailable",
-            "the database is unavailable; retry",
-            slug="database-unavailable",
-            headers={"Retry-After": "1"},
-        )
+    invalidated = isinstance(exc, DBAPIError) and exc.connection_invalidated
+    if invalidated or code.startswith("08") or code in {"57P01", "57P02", "57P03"}:
+        return _unavailable()
     return await _unexpected_error(_, exc)
+
+
+async def _connection_lost(_: Request, exc: Exception) -> JSONResponse:
+    # asyncpg's InterfaceError family (a connection closed under a statement) and refused
+    # connects: the database is away, the request may be retried.
+    return _unavailable()
 
 
 async def _pool_timeout(_: Request, exc: Exception) -> JSONResponse:
@@ -202,5 +215,8 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(DBAPIError, _database_error)
+    app.add_exception_handler(asyncpg.PostgresError, _database_error)
+    app.add_exception_handler(asyncpg.InterfaceError, _connection_lost)
+    app.add_exception_handler(ConnectionError, _connection_lost)
     app.add_exception_handler(PoolTimeout, _pool_timeout)
     app.add_exception_handler(Exception, _unexpected_error)

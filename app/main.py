@@ -13,7 +13,7 @@ from sqlalchemy.pool import NullPool
 from app.api import jobs, metrics, ops, workers
 from app.api.limits import BodyLimit
 from app.api.state import AppState, Runtime, app_state
-from app.db import async_url, create_engine
+from app.db import async_url, create_driver_pool, create_engine
 from app.errors import install_error_handlers
 from app.maintenance.promoter import Promoter, PromoterConfig
 from app.maintenance.pruner import Pruner, PrunerConfig
@@ -98,10 +98,11 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     url = _require_url(settings)
     engine = create_engine(
         url,
-        pool_size=settings.db_pool_size,
+        pool_size=settings.db_read_pool_size,
         max_overflow=settings.db_max_overflow,
         pool_timeout=settings.db_pool_timeout_seconds,
     )
+    pool = await create_driver_pool(url, size=settings.db_pool_size)
     # The control connection lives outside the pool: parked claims never hold a pooled one.
     control_engine = create_async_engine(
         async_url(url),
@@ -119,6 +120,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     announce = control.announce if settings.wakeup_announce else _announce_nothing
     service = JobService(
         engine=engine,
+        pool=pool,
+        pool_timeout=settings.db_pool_timeout_seconds,
         repository=repository,
         max_attempts_default=settings.max_attempts_default,
         lease_seconds_default=settings.lease_seconds_default,
@@ -154,6 +157,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await runner.stop()
         await control.stop()
         await control_engine.dispose()
+        await pool.close()
         await engine.dispose()
         state.runtime = None
 

@@ -34,10 +34,16 @@ class Settings(BaseSettings):
     port: int = Field(default=8000, ge=0, le=65535, description="Listen port (also --port).")
 
     db_pool_size: int = Field(
-        default=10, ge=1, le=200, description="Pooled connections (plus one control connection)."
+        default=10, ge=1, le=200, description="Connections for enqueue, claim and lease calls."
+    )
+    db_read_pool_size: int = Field(
+        default=3, ge=1, le=200, description="Connections for reads, ops actions and the loops."
     )
     db_max_overflow: int = Field(
-        default=0, ge=0, le=200, description="Extra connections opened under load, then closed."
+        default=0,
+        ge=0,
+        le=200,
+        description="Extra read connections opened under load, then closed.",
     )
     db_pool_timeout_seconds: float = Field(
         default=10, gt=0, le=300, description="How long a request waits for a free connection."

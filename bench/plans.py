@@ -139,10 +139,19 @@ class ExplainingConnection:
         result = await self.conn.execute(
             text("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql), dict(parameters or {})
         )
-        raw = result.scalar_one()
+        self._keep(result.scalar_one())
+        return _EmptyResult()
+
+    async def fetch(self, sql: str, *args: Any) -> list[Any]:
+        """The driver's call (the hot path's statements), EXPLAINed on the same connection."""
+        raw = await self.conn.get_raw_connection()
+        driver: Any = raw.driver_connection
+        self._keep(await driver.fetchval("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, *args))
+        return []
+
+    def _keep(self, raw: Any) -> None:
         document = (json.loads(raw) if isinstance(raw, str) else raw)[0]
         self.plans.append(Explained(document["Plan"], float(document["Execution Time"])))
-        return _EmptyResult()
 
 
 async def explain(

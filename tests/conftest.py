@@ -13,6 +13,7 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -20,7 +21,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
-from app.db import async_url
+from app.db import async_url, create_driver_pool
 from app.migrations import upgrade
 from tests.processes import (  # noqa: F401 - fixtures and the report hook, for every test folder
     jobq_servers,
@@ -96,6 +97,14 @@ async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
     eng = create_async_engine(async_url(database_url), pool_size=5)
     yield eng
     await eng.dispose()
+
+
+@pytest.fixture(scope="session")
+async def driver_pool(database_url: str) -> AsyncIterator[Any]:
+    """An asyncpg pool on the session's database, as the service's hot path uses."""
+    pool = await create_driver_pool(database_url, size=4)
+    yield pool
+    await pool.close()
 
 
 @pytest.fixture

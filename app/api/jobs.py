@@ -10,6 +10,7 @@ from pydantic import Field
 
 from app.api import schemas as wire
 from app.api.deps import Service
+from app.api.render import job, jobs_response, json_response
 from app.api.schemas import (
     EnqueueRequest,
     IdempotencyKey,
@@ -17,7 +18,6 @@ from app.api.schemas import (
     JobBatch,
     JobPage,
     QueueName,
-    job_from_row,
     new_job,
 )
 from app.api.strict_json import StrictJSONRoute
@@ -47,7 +47,6 @@ def build_router(settings: Settings) -> APIRouter:
     async def enqueue_job(
         body: EnqueueRequest,
         service: Service,
-        response: Response,
         idempotency_key: Annotated[
             IdempotencyKey | None,
             Header(
@@ -56,7 +55,7 @@ def build_router(settings: Settings) -> APIRouter:
                 "are sent).",
             ),
         ] = None,
-    ) -> Job:
+    ) -> Response:
         """Enqueues one job (201); a replay of the same idempotent request answers the job with 200."""
         if idempotency_key is not None:
             if body.idempotency_key is not None and body.idempotency_key != idempotency_key:
@@ -68,9 +67,7 @@ def build_router(settings: Settings) -> APIRouter:
         [(row, created)] = await service.enqueue(
             [new_job(body)], key_field=lambda _: "idempotency_key"
         )
-        if not created:
-            response.status_code = status.HTTP_200_OK
-        return Job.model_validate(job_from_row(row))
+        return json_response(job(row), status_code=201 if created else 200)
 
     @router.post(
         "/batch",
@@ -84,13 +81,12 @@ def build_router(settings: Settings) -> APIRouter:
     async def enqueue_batch(
         body: EnqueueBatchRequest,
         service: Service,
-        response: Response,
         idempotency_key: Annotated[
             str | None,
             # Read only to refuse it; not offered in the contract.
             Header(alias="Idempotency-Key", include_in_schema=False),
         ] = None,
-    ) -> JobBatch:
+    ) -> Response:
         """Enqueues many jobs in one transaction, all or nothing; answers the jobs in order.
 
         Idempotency is per job (each job's ``idempotency_key``); an ``Idempotency-Key`` header
@@ -109,9 +105,8 @@ def build_router(settings: Settings) -> APIRouter:
         answered = await service.enqueue(
             [new_job(j) for j in body.jobs], key_field=lambda i: f"body.jobs[{i}].idempotency_key"
         )
-        if not any(created for _, created in answered):
-            response.status_code = status.HTTP_200_OK
-        return JobBatch(jobs=[Job.model_validate(job_from_row(row)) for row, _ in answered])
+        any_created = any(created for _, created in answered)
+        return jobs_response((row for row, _ in answered), status_code=201 if any_created else 200)
 
     @router.get("", response_model=JobPage, responses={422: PROBLEM})
     async def list_jobs(
@@ -123,28 +118,26 @@ def build_router(settings: Settings) -> APIRouter:
         after: Annotated[
             str | None, Query(max_length=200, description="next_cursor of the previous page")
         ] = None,
-    ) -> JobPage:
+    ) -> Response:
         """Lists jobs newest first with keyset pagination (never OFFSET)."""
         rows, next_cursor = await service.list_jobs(
             queue=queue, status=status, type=type, limit=limit, after=after
         )
-        return JobPage(
-            jobs=[Job.model_validate(job_from_row(r)) for r in rows], next_cursor=next_cursor
-        )
+        return jobs_response(rows, next_cursor=next_cursor)
 
     @router.get("/{job_id}", response_model=Job, responses={404: PROBLEM})
-    async def get_job(job_id: int, service: Service) -> Job:
+    async def get_job(job_id: int, service: Service) -> Response:
         """One job by id."""
-        return Job.model_validate(job_from_row(await service.get(job_id)))
+        return json_response(job(await service.get(job_id)))
 
     @router.post("/{job_id}/cancel", response_model=Job, responses={404: PROBLEM, 409: PROBLEM})
-    async def cancel_job(job_id: int, service: Service) -> Job:
+    async def cancel_job(job_id: int, service: Service) -> Response:
         """Cancels a scheduled, pending or running job (a running job's lease ends at once)."""
-        return Job.model_validate(job_from_row(await service.cancel(job_id)))
+        return json_response(job(await service.cancel(job_id)))
 
     @router.post("/{job_id}/retry", response_model=Job, responses={404: PROBLEM, 409: PROBLEM})
-    async def retry_job(job_id: int, service: Service) -> Job:
+    async def retry_job(job_id: int, service: Service) -> Response:
         """Moves a dead, cancelled or succeeded job back to pending with attempts reset."""
-        return Job.model_validate(job_from_row(await service.retry(job_id)))
+        return json_response(job(await service.retry(job_id)))
 
     return router

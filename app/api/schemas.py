@@ -37,7 +37,7 @@ from app.queue.bounds import (
     instant_in_window,
 )
 from app.queue.states import JobStatus
-from app.queue.types import JobRow, NewJob
+from app.queue.types import NewJob
 
 
 def _in_window(value: datetime | None) -> datetime | None:
@@ -183,11 +183,6 @@ class Job(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     updated_at: datetime
-
-
-def job_from_row(row: JobRow) -> dict[str, Any]:
-    """Maps a jobs row to the ``Job`` fields."""
-    return {name: row[name] for name in Job.model_fields}
 
 
 class JobBatch(BaseModel):

@@ -3,15 +3,22 @@
 Python's ``json`` accepts ``NaN``, ``Infinity``, numbers that overflow to infinity, ``\\u0000`` and
 lone surrogates; jsonb and text columns reject all of them, which would surface as a 500 after
 the request was accepted. Parsing strictly here turns each into a validation error up front.
+
+Bodies are parsed once, by orjson (in C), then walked once for what it lets through (``\\u0000``,
+nesting). Two cases take Python's parser instead: a body orjson refuses (to name the problem
+and where it is), and a body with a run of 19 or more digits, since orjson reads integers past
+64 bits as floats and would silently change them.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+import orjson
 from fastapi import Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
@@ -21,6 +28,9 @@ from app.settings import setting_default
 
 # Depth is checked on the parsed value; this bounds the recursion of the parser itself first.
 _MAX_DEPTH_DEFAULT: int = setting_default("max_json_depth")
+
+
+_LONG_INTEGER = re.compile(rb"\d{19,}")
 
 
 class _Rejected(ValueError):
@@ -59,6 +69,8 @@ def check_json_value(value: Any, *, max_depth: int) -> None:
         if isinstance(current, str):
             if (problem := _string_problem(current)) is not None:
                 raise _Rejected(problem, path)
+        elif isinstance(current, float) and not math.isfinite(current):
+            raise _Rejected("number is too large", path)
         elif isinstance(current, dict | list):
             if depth > max_depth:
                 raise _Rejected(f"nesting deeper than {max_depth} levels", path)
@@ -73,6 +85,17 @@ def check_json_value(value: Any, *, max_depth: int) -> None:
 
 def parse_strict_json(body: bytes, *, max_depth: int = _MAX_DEPTH_DEFAULT) -> Any:
     """Parses a request body, raising ``RequestValidationError`` located at the offending field."""
+    if not _LONG_INTEGER.search(body):
+        try:
+            value = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            pass  # Python's parser below says what is wrong, and where
+        else:
+            try:
+                check_json_value(value, max_depth=max_depth)
+            except _Rejected as exc:
+                raise _validation_error(("body", *exc.path), exc.message) from None
+            return value
     try:
         value = json.loads(body, parse_constant=_reject_constant, parse_float=_parse_float)
         check_json_value(value, max_depth=max_depth)

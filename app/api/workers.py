@@ -8,42 +8,16 @@ import contextlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Annotated
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 from pydantic import AfterValidator, Field, JsonValue
 
 from app.api import schemas as wire
 from app.api.deps import Service
-from app.api.schemas import (
-    ClaimedJob,
-    ClaimResponse,
-    LeaseResult,
-    LeaseResults,
-    StrictModel,
-    job_from_row,
-    json_size_at_most,
-)
+from app.api.render import claimed, json_response, lease_results_response
+from app.api.schemas import ClaimResponse, LeaseResults, StrictModel, json_size_at_most
 from app.api.strict_json import StrictJSONRoute
 from app.errors import PROBLEM
-from app.queue.types import LeaseOutcome
 from app.settings import Settings
-
-
-def _results(outcomes: Sequence[LeaseOutcome]) -> LeaseResults:
-    return LeaseResults(
-        results=[
-            LeaseResult(
-                job_id=o.job_id,
-                ok=o.ok,
-                status=o.status,
-                error=None if o.ok else "lease_lost",
-                cancelled=o.cancelled,
-                timed_out=o.timed_out,
-                lease_expires_at=o.lease_expires_at,
-                run_at=o.run_at,
-            )
-            for o in outcomes
-        ]
-    )
 
 
 def _items(leases: Sequence[StrictModel]) -> list[dict[str, object]]:
@@ -132,7 +106,7 @@ def build_router(settings: Settings) -> APIRouter:
         leases: Sequence[ReleaseItem] = Field(min_length=1, max_length=per_call)
 
     @router.post("/claim", response_model=ClaimResponse, responses={422: PROBLEM})
-    async def claim(body: ClaimRequest, service: Service, request: Request) -> ClaimResponse:
+    async def claim(body: ClaimRequest, service: Service, request: Request) -> Response:
         """Leases up to ``max_jobs`` due jobs; each comes with ``lease_id``, ``attempt`` and ``checkpoint``.
 
         With ``wait_seconds`` > 0 the call long-polls: it answers as soon as a job it can take
@@ -153,33 +127,34 @@ def build_router(settings: Settings) -> APIRouter:
                 wait_seconds=body.wait_seconds,
                 stop=gone,
             )
-        return ClaimResponse(
-            jobs=[
-                ClaimedJob.model_validate({**job_from_row(r), "attempt": r["attempts"]})
-                for r in rows
-            ]
-        )
+        return json_response({"jobs": [claimed(r) for r in rows]})
 
     @router.post("/heartbeat", response_model=LeaseResults, responses={422: PROBLEM})
-    async def heartbeat(body: HeartbeatRequest, service: Service) -> LeaseResults:
+    async def heartbeat(body: HeartbeatRequest, service: Service) -> Response:
         """Extends leases, saving checkpoint and progress under the ownership check."""
-        return _results(
+        return lease_results_response(
             await service.heartbeat(worker_id=body.worker_id, items=_items(body.leases))
         )
 
     @router.post("/complete", response_model=LeaseResults, responses={422: PROBLEM})
-    async def complete(body: CompleteRequest, service: Service) -> LeaseResults:
+    async def complete(body: CompleteRequest, service: Service) -> Response:
         """Completes held jobs; a repeated complete with the same lease answers the same success."""
-        return _results(await service.complete(worker_id=body.worker_id, items=_items(body.leases)))
+        return lease_results_response(
+            await service.complete(worker_id=body.worker_id, items=_items(body.leases))
+        )
 
     @router.post("/fail", response_model=LeaseResults, responses={422: PROBLEM})
-    async def fail(body: FailRequest, service: Service) -> LeaseResults:
+    async def fail(body: FailRequest, service: Service) -> Response:
         """Fails attempts: retried after backoff (or ``retry_after_seconds``), or dead."""
-        return _results(await service.fail(worker_id=body.worker_id, items=_items(body.leases)))
+        return lease_results_response(
+            await service.fail(worker_id=body.worker_id, items=_items(body.leases))
+        )
 
     @router.post("/release", response_model=LeaseResults, responses={422: PROBLEM})
-    async def release(body: ReleaseRequest, service: Service) -> LeaseResults:
+    async def release(body: ReleaseRequest, service: Service) -> Response:
         """Gives held jobs back to pending without charging the attempt, keeping the checkpoint."""
-        return _results(await service.release(worker_id=body.worker_id, items=_items(body.leases)))
+        return lease_results_response(
+            await service.release(worker_id=body.worker_id, items=_items(body.leases))
+        )
 
     return router

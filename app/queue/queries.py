@@ -6,10 +6,13 @@ import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from typing import Any
 
 from sqlalchemy import TextClause, text
 
 _NAME_LINE = re.compile(r"^-- name: ([a-z][a-z0-9_]*)\s*$", re.MULTILINE)
+# A :name bind, not the second colon of a ``::type`` cast nor a colon inside a word.
+_BIND = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
 
 
 @dataclass(frozen=True)
@@ -25,10 +28,35 @@ class NamedStatement:
         """The statement as a SQLAlchemy ``text()`` clause."""
         return _clause(self.sql)
 
+    @property
+    def positional(self) -> tuple[str, tuple[str, ...]]:
+        """The statement for the driver: ``$1, $2 ...`` in place of binds, and the bind names in order."""
+        return _positional(self.sql)
+
+    def arguments(self, params: dict[str, Any]) -> list[Any]:
+        """The values of ``params`` in the order of the statement's positional parameters."""
+        missing = [name for name in self.positional[1] if name not in params]
+        if missing:
+            raise KeyError(f"statement {self.name!r} needs {missing}")
+        return [params[name] for name in self.positional[1]]
+
 
 @cache
 def _clause(sql: str) -> TextClause:
     return text(sql)
+
+
+@cache
+def _positional(sql: str) -> tuple[str, tuple[str, ...]]:
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in names:
+            names.append(name)
+        return f"${names.index(name) + 1}"
+
+    return _BIND.sub(number, sql), tuple(names)
 
 
 def parse_statements(source: str) -> dict[str, NamedStatement]:

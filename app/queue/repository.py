@@ -1,4 +1,9 @@
-"""One typed async method per named statement; the only code that executes SQL against the queue."""
+"""One typed async method per named statement; the only code that executes SQL against the queue.
+
+The hot statements (enqueue, claim, the lease calls and their verdicts, reading one job) take a
+driver connection from the asyncpg pool and run prepared there (``Driver``); the others take a
+SQLAlchemy ``AsyncConnection``. Both run the same named SQL.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+import orjson
 from sqlalchemy import Select, Text, func, literal, select, true
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -30,17 +36,28 @@ from app.queue.types import (
 MAINTENANCE_LOCK_KEY = 0x6A6F6271
 
 
+# An asyncpg connection (the driver is untyped); see app/db.py for its jsonb codec.
+Driver = Any
+
+
 def _json_default(value: object) -> str:
-    if isinstance(value, datetime):
-        return value.isoformat()
     if isinstance(value, uuid.UUID):
         return str(value)
     raise TypeError(f"cannot encode {type(value).__name__} as JSON")
 
 
 def to_json(value: object) -> str:
-    """Encodes a value for a jsonb parameter; NaN and Infinity are refused, never stored."""
-    return json.dumps(value, allow_nan=False, separators=(",", ":"), default=_json_default)
+    """Encodes a value for a jsonb parameter (request parsing has refused NaN and Infinity)."""
+    try:
+        return orjson.dumps(value, default=_json_default).decode()
+    except TypeError:
+        # Integers past 64 bits, which jsonb stores exactly: Python's encoder writes them.
+        return json.dumps(value, separators=(",", ":"), default=_json_default)
+
+
+async def _fetch(driver: Driver, name: str, params: dict[str, Any]) -> list[Any]:
+    named = statement(name)
+    return list(await driver.fetch(named.positional[0], *named.arguments(params)))
 
 
 def _ops_outcome(rows: Sequence[JobRow]) -> OpsOutcome | None:
@@ -59,26 +76,24 @@ class Repository:
     # -- producers and reads -----------------------------------------------------------------
 
     async def job_enqueue(
-        self, conn: AsyncConnection, *, items: Sequence[Mapping[str, Any]]
+        self, conn: Driver, *, items: Sequence[Mapping[str, Any]]
     ) -> list[JobRow | None]:
         """Inserts jobs in order; ``None`` where the item's idempotency key already exists."""
-        result = await conn.execute(statement("job_enqueue").clause, {"items": to_json(items)})
-        return [row if row["id"] is not None else None for row in result.mappings().all()]
+        rows = await _fetch(conn, "job_enqueue", {"items": to_json(items)})
+        return [row if row["id"] is not None else None for row in rows]
 
     async def job_get_by_idempotency_keys(
-        self, conn: AsyncConnection, *, keys: Sequence[tuple[str, str]]
+        self, conn: Driver, *, keys: Sequence[tuple[str, str]]
     ) -> dict[tuple[str, str], JobRow]:
         """The jobs holding the given (queue, idempotency_key) pairs."""
         payload = [{"queue": q, "idempotency_key": k} for q, k in keys]
-        result = await conn.execute(
-            statement("job_get_by_idempotency_keys").clause, {"keys": to_json(payload)}
-        )
-        return {(row["queue"], row["idempotency_key"]): row for row in result.mappings().all()}
+        rows = await _fetch(conn, "job_get_by_idempotency_keys", {"keys": to_json(payload)})
+        return {(row["queue"], row["idempotency_key"]): row for row in rows}
 
-    async def job_get(self, conn: AsyncConnection, *, job_id: int) -> JobRow | None:
+    async def job_get(self, conn: Driver, *, job_id: int) -> JobRow | None:
         """One job by id, or ``None``."""
-        result = await conn.execute(statement("job_get").clause, {"id": job_id})
-        return result.mappings().one_or_none()
+        rows = await _fetch(conn, "job_get", {"id": job_id})
+        return rows[0] if rows else None
 
     async def job_list(self, conn: AsyncConnection, *, where: ListFilter) -> list[JobRow]:
         """A page of jobs, newest first, after the keyset position ``before_id``."""
@@ -89,7 +104,7 @@ class Repository:
 
     async def job_claim(
         self,
-        conn: AsyncConnection,
+        conn: Driver,
         *,
         worker_id: str,
         queues: Sequence[str],
@@ -97,8 +112,9 @@ class Repository:
         lease_seconds: int | None,
     ) -> list[JobRow]:
         """Leases up to ``max_jobs`` due jobs of the given queues to ``worker_id``."""
-        result = await conn.execute(
-            statement("job_claim").clause,
+        rows = await _fetch(
+            conn,
+            "job_claim",
             {
                 "worker_id": worker_id,
                 "queues": list(queues),
@@ -106,14 +122,13 @@ class Repository:
                 "lease_seconds": lease_seconds,
             },
         )
-        rows = list(result.mappings().all())
         # The UPDATE returns rows in no particular order; hand them out in claim order.
         rows.sort(key=lambda r: (-r["priority"], r["run_at"], r["id"]))
         return rows
 
     async def _taken(
         self,
-        conn: AsyncConnection,
+        conn: Driver,
         name: str,
         *,
         worker_id: str,
@@ -122,7 +137,6 @@ class Repository:
     ) -> dict[int, LeaseOutcome]:
         params: dict[str, Any] = {"worker_id": worker_id, "items": to_json(items)}
         params.update(extra or {})
-        result = await conn.execute(statement(name).clause, params)
         return {
             int(row["ord"]) - 1: LeaseOutcome(
                 job_id=row["job_id"],
@@ -131,23 +145,23 @@ class Repository:
                 run_at=row.get("run_at"),
                 queue=row.get("queue"),
             )
-            for row in result.mappings().all()
+            for row in await _fetch(conn, name, params)
         }
 
     async def job_heartbeat(
-        self, conn: AsyncConnection, *, worker_id: str, items: Sequence[LeaseItem]
+        self, conn: Driver, *, worker_id: str, items: Sequence[LeaseItem]
     ) -> dict[int, LeaseOutcome]:
         """Extends held leases with checkpoint and progress; answers the items taken, by position."""
         return await self._taken(conn, "job_heartbeat", worker_id=worker_id, items=items)
 
     async def job_complete(
-        self, conn: AsyncConnection, *, worker_id: str, items: Sequence[LeaseItem]
+        self, conn: Driver, *, worker_id: str, items: Sequence[LeaseItem]
     ) -> dict[int, LeaseOutcome]:
         """Marks held jobs succeeded; answers the items taken, by position."""
         return await self._taken(conn, "job_complete", worker_id=worker_id, items=items)
 
     async def job_fail(
-        self, conn: AsyncConnection, *, worker_id: str, items: Sequence[LeaseItem]
+        self, conn: Driver, *, worker_id: str, items: Sequence[LeaseItem]
     ) -> dict[int, LeaseOutcome]:
         """Records failed attempts (retried after a backoff, or dead); answers the items taken."""
         return await self._taken(
@@ -155,14 +169,14 @@ class Repository:
         )
 
     async def job_release(
-        self, conn: AsyncConnection, *, worker_id: str, items: Sequence[LeaseItem]
+        self, conn: Driver, *, worker_id: str, items: Sequence[LeaseItem]
     ) -> dict[int, LeaseOutcome]:
         """Returns held jobs to pending without charging the attempt; answers the items taken."""
         return await self._taken(conn, "job_release", worker_id=worker_id, items=items)
 
     async def job_lease_verdict(
         self,
-        conn: AsyncConnection,
+        conn: Driver,
         *,
         transition: LeaseTransition,
         worker_id: str,
@@ -170,8 +184,9 @@ class Repository:
     ) -> list[LeaseOutcome]:
         """For items a transition did not take: replay of the same transition, or lost (in order)."""
         keys = [{"job_id": i["job_id"], "lease_id": i["lease_id"]} for i in items]
-        result = await conn.execute(
-            statement("job_lease_verdict").clause,
+        rows = await _fetch(
+            conn,
+            "job_lease_verdict",
             {
                 "items": to_json(keys),
                 "worker_id": worker_id,
@@ -188,7 +203,7 @@ class Repository:
                 lease_expires_at=row["lease_expires_at"] if row["status"] else None,
                 run_at=row["run_at"] if row["status"] else None,
             )
-            for row in result.mappings().all()
+            for row in rows
         ]
 
     # -- ops ---------------------------------------------------------------------------------
@@ -309,9 +324,9 @@ class Repository:
         """Fails if the leader's lock connection is gone."""
         await conn.execute(statement("maintenance_ping").clause)
 
-    async def health_ping(self, conn: AsyncConnection) -> None:
+    async def health_ping(self, conn: Driver) -> None:
         """Fails if the database does not answer."""
-        await conn.execute(statement("health_ping").clause)
+        await _fetch(conn, "health_ping", {})
 
     def _backoff_params(self) -> dict[str, Any]:
         return {

@@ -14,12 +14,20 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
+import asyncpg
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.errors import IdempotencyKeyReused, InvalidInput, InvalidTransition, NotFound, sqlstate
+from app.errors import (
+    DatabaseUnavailable,
+    IdempotencyKeyReused,
+    InvalidInput,
+    InvalidTransition,
+    NotFound,
+    sqlstate,
+)
 from app.queue.bounds import MAX_BIGINT
-from app.queue.repository import Repository
+from app.queue.repository import Driver, Repository
 from app.queue.states import JobStatus, Operation, allowed_from
 from app.queue.types import (
     JobRow,
@@ -79,13 +87,18 @@ class JobService:
         self,
         *,
         engine: AsyncEngine,
+        pool: Any,
         repository: Repository,
         max_attempts_default: int,
         lease_seconds_default: int,
+        pool_timeout: float = 10.0,
         hub: WaiterHub | None = None,
         announce: Announce | None = None,
     ) -> None:
         self.engine = engine
+        # The asyncpg pool for the hot statements (app/db.py says why there are two).
+        self.pool = pool
+        self.pool_timeout = pool_timeout
         self.repo = repository
         self.max_attempts_default = max_attempts_default
         self.lease_seconds_default = lease_seconds_default
@@ -116,6 +129,35 @@ class JobService:
                 if sqlstate(exc) in _RETRYABLE_SQLSTATES and attempt < _TRANSACTION_TRIES:
                     continue
                 raise
+        raise RuntimeError("unreachable: the last attempt returns or raises")
+
+    async def _run_hot(
+        self, work: Callable[[Driver], Awaitable[T]], *, transaction: bool = False
+    ) -> T:
+        """Like :meth:`_run`, on a driver connection: for the statements on the hot path."""
+        for attempt in range(1, _TRANSACTION_TRIES + 1):
+            try:
+                conn = await self.pool.acquire(timeout=self.pool_timeout)
+            except TimeoutError:
+                raise DatabaseUnavailable(
+                    "no database connection became free in time; retry"
+                ) from None
+            try:
+                if transaction:
+                    async with conn.transaction():
+                        return await work(conn)
+                return await work(conn)
+            except asyncio.CancelledError:
+                # Cancelled mid-statement: the server may still answer on this connection, so
+                # it must not serve anyone else.
+                conn.terminate()
+                raise
+            except asyncpg.PostgresError as exc:
+                if sqlstate(exc) in _RETRYABLE_SQLSTATES and attempt < _TRANSACTION_TRIES:
+                    continue
+                raise
+            finally:
+                await self.pool.release(conn)
         raise RuntimeError("unreachable: the last attempt returns or raises")
 
     def _announce_counts(self, queues: Iterable[str]) -> None:
@@ -151,7 +193,7 @@ class JobService:
         items = [self._enqueue_item(j) for j in new_jobs]
         any_keys = any(item["idempotency_key"] is not None for item in items)
 
-        async def work(conn: AsyncConnection) -> list[tuple[JobRow, bool]]:
+        async def work(conn: Driver) -> list[tuple[JobRow, bool]]:
             rows = await self.repo.job_enqueue(conn, items=items)
             skipped = [i for i, row in enumerate(rows) if row is None]
             existing: Mapping[tuple[str, str], JobRow] = {}
@@ -185,7 +227,7 @@ class JobService:
         for _ in range(_TRANSACTION_TRIES):
             try:
                 # Keys need the lookup in the same transaction: a reused key rolls the batch back.
-                answered = await self._run(work, transaction=any_keys)
+                answered = await self._run_hot(work, transaction=any_keys)
             except _Retry:
                 continue
             self._announce_counts(
@@ -203,10 +245,10 @@ class JobService:
         if not _valid_id(job_id):
             raise NotFound(f"job {job_id} not found")
 
-        async def work(conn: AsyncConnection) -> JobRow | None:
+        async def work(conn: Driver) -> JobRow | None:
             return await self.repo.job_get(conn, job_id=job_id)
 
-        row = await self._run(work)
+        row = await self._run_hot(work)
         if row is None:
             raise NotFound(f"job {job_id} not found")
         return row
@@ -245,8 +287,8 @@ class JobService:
         return await self._run(self.repo.worker_list)
 
     async def ping(self) -> None:
-        """Fails when the database does not answer."""
-        await self._run(self.repo.health_ping)
+        """Fails when the database does not answer (through the hot path's pool)."""
+        await self._run_hot(self.repo.health_ping)
 
     # -- ops actions -------------------------------------------------------------------------
 
@@ -323,7 +365,7 @@ class JobService:
         or when the instance shuts down.
         """
 
-        async def work(conn: AsyncConnection) -> list[JobRow]:
+        async def work(conn: Driver) -> list[JobRow]:
             return await self.repo.job_claim(
                 conn,
                 worker_id=worker_id,
@@ -333,7 +375,7 @@ class JobService:
             )
 
         if wait_seconds <= 0 or self.hub.closed:
-            return await self._run(work)
+            return await self._run_hot(work)
 
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_seconds
@@ -344,7 +386,7 @@ class JobService:
             while True:
                 if stop.is_set():
                     return []
-                jobs = await self._run(work)
+                jobs = await self._run_hot(work)
                 if jobs and stop.is_set():
                     # The client left while the claim ran: nobody will get these leases, so
                     # hand the jobs straight back (no attempt charged) instead of letting them
@@ -407,7 +449,7 @@ class JobService:
             LeaseTransition.RELEASE: self.repo.job_release,
         }[transition]
 
-        async def work(conn: AsyncConnection) -> list[LeaseOutcome]:
+        async def work(conn: Driver) -> list[LeaseOutcome]:
             taken = await statement(conn, worker_id=worker_id, items=items)
             missed = [i for i in range(len(items)) if i not in taken]
             if not missed:
@@ -418,7 +460,7 @@ class JobService:
             judged = dict(zip(missed, verdicts, strict=True))
             return [taken[i] if i in taken else judged[i] for i in range(len(items))]
 
-        outcomes = await self._run(work)
+        outcomes = await self._run_hot(work)
         self._announce_counts(o.queue for o in outcomes if o.claimable_now and o.queue)
         return outcomes
 

@@ -8,11 +8,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import RowMapping
-
 from app.queue.states import JobStatus
 
-JobRow = RowMapping
+# A row as either driver answers it: SQLAlchemy's RowMapping or asyncpg's Record.
+JobRow = Mapping[Any, Any]
 LeaseItem = Mapping[str, Any]  # {"job_id", "lease_id", ...the transition's own fields}
 
 

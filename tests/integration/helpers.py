@@ -19,14 +19,16 @@ def repository() -> Repository:
     return repository_for(Settings(database_url="postgresql://unused/unused"))
 
 
-def service(engine: AsyncEngine) -> JobService:
-    """A service on the engine with the default settings (no waiters, announcements go nowhere)."""
+def service(engine: AsyncEngine, pool: Any, **options: Any) -> JobService:
+    """A service on the engine and driver pool with the default settings (no waiters)."""
     defaults = Settings(database_url="postgresql://unused/unused")
     return JobService(
         engine=engine,
+        pool=pool,
         repository=repository(),
         max_attempts_default=defaults.max_attempts_default,
         lease_seconds_default=defaults.lease_seconds_default,
+        **options,
     )
 
 

@@ -6,20 +6,19 @@ import asyncio
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.integration.helpers import repository, seed_jobs
+from app.queue.service import JobService
+from tests.integration.helpers import seed_jobs
 
 
-async def test_parallel_claims_never_share_a_job(clean_db: AsyncEngine) -> None:
+async def test_parallel_claims_never_share_a_job(clean_db: AsyncEngine, svc: JobService) -> None:
     ids = await seed_jobs(clean_db, 300)
-    repo = repository()
     claimed: list[int] = []
 
     async def claimer(n: int) -> None:
         while True:
-            async with clean_db.begin() as conn:
-                rows = await repo.job_claim(
-                    conn, worker_id=f"w{n}", queues=["default"], max_jobs=7, lease_seconds=30
-                )
+            rows = await svc.claim(
+                worker_id=f"w{n}", queues=["default"], max_jobs=7, lease_seconds=30
+            )
             if not rows:
                 return
             claimed.extend(r["id"] for r in rows)
@@ -28,11 +27,10 @@ async def test_parallel_claims_never_share_a_job(clean_db: AsyncEngine) -> None:
     assert sorted(claimed) == sorted(ids)
 
 
-async def test_claim_never_returns_more_than_max_jobs(clean_db: AsyncEngine) -> None:
+async def test_claim_never_returns_more_than_max_jobs(
+    clean_db: AsyncEngine, svc: JobService
+) -> None:
     await seed_jobs(clean_db, 50, queue="a")
     await seed_jobs(clean_db, 50, queue="b")
-    async with clean_db.begin() as conn:
-        rows = await repository().job_claim(
-            conn, worker_id="w", queues=["a", "b"], max_jobs=13, lease_seconds=None
-        )
+    rows = await svc.claim(worker_id="w", queues=["a", "b"], max_jobs=13, lease_seconds=None)
     assert len(rows) == 13 and all(r["lease_seconds"] == 30 for r in rows)

@@ -3,23 +3,23 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.maintenance.promoter import Promoter, PromoterConfig
 from app.maintenance.runner import drain
 from app.queue.service import JobService
-from tests.integration.helpers import db_now, job_row, repository, seed_jobs, service, set_columns
+from tests.integration.helpers import db_now, job_row, seed_jobs, set_columns
+from tests.integration.helpers import service as make_service
 
 
-async def test_a_job_is_promoted_once_its_run_at_has_come(clean_db: AsyncEngine) -> None:
+async def test_a_job_is_promoted_once_its_run_at_has_come(
+    clean_db: AsyncEngine, driver_pool: Any
+) -> None:
     announced: list[tuple[str, int]] = []
-    service = JobService(
-        engine=clean_db,
-        repository=repository(),
-        max_attempts_default=10,
-        lease_seconds_default=30,
-        announce=lambda queue, count: announced.append((queue, count)),
+    service = make_service(
+        clean_db, driver_pool, announce=lambda queue, count: announced.append((queue, count))
     )
     now = await db_now(clean_db)
     [edge] = await seed_jobs(clean_db, 1, queue="q", status="scheduled", run_at=now)
@@ -35,9 +35,9 @@ async def test_a_job_is_promoted_once_its_run_at_has_come(clean_db: AsyncEngine)
     assert (await job_row(clean_db, later))["status"] == "scheduled"
 
 
-async def test_batches_are_bounded_and_drain(clean_db: AsyncEngine) -> None:
+async def test_batches_are_bounded_and_drain(clean_db: AsyncEngine, svc: JobService) -> None:
     ids = await seed_jobs(clean_db, 25, status="scheduled")
     await set_columns(clean_db, ids, run_at=await db_now(clean_db))
-    promoter = Promoter(service=service(clean_db), config=PromoterConfig(batch_size=10))
+    promoter = Promoter(service=svc, config=PromoterConfig(batch_size=10))
     assert await promoter.run_once() == 10
     assert await drain(promoter) == 15

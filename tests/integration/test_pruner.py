@@ -10,16 +10,17 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.maintenance.pruner import Pruner, PrunerConfig
 from app.maintenance.runner import drain
-from tests.integration.helpers import db_now, seed_jobs, service, set_columns
+from app.queue.service import JobService
+from tests.integration.helpers import db_now, seed_jobs, set_columns
 
 TICK = timedelta(microseconds=1)
 HOUR = 3600.0
 DAY = 86400.0
 
 
-def _pruner(engine: AsyncEngine, batch_size: int = 1000) -> Pruner:
+def _pruner(svc: JobService, batch_size: int = 1000) -> Pruner:
     return Pruner(
-        service=service(engine),
+        service=svc,
         config=PrunerConfig(
             batch_size=batch_size,
             succeeded_seconds=HOUR,
@@ -39,7 +40,7 @@ async def _remaining(engine: AsyncEngine) -> set[int]:
     ("status", "retention"), [("succeeded", HOUR), ("cancelled", 2 * HOUR), ("dead", DAY)]
 )
 async def test_each_state_is_kept_exactly_its_retention(
-    clean_db: AsyncEngine, status: str, retention: float
+    clean_db: AsyncEngine, svc: JobService, status: str, retention: float
 ) -> None:
     now = await db_now(clean_db)
     edge = await seed_jobs(clean_db, 1)
@@ -47,25 +48,27 @@ async def test_each_state_is_kept_exactly_its_retention(
     await set_columns(clean_db, edge, status=status, finished_at=now - timedelta(seconds=retention))
     # Another state's rows just past its own (shorter or longer) retention stay out of this.
     await set_columns(clean_db, pending, finished_at=now - timedelta(days=365))
-    pruner = _pruner(clean_db)
+    pruner = _pruner(svc)
 
     assert (await pruner.run_once(now=now)).jobs == 0  # retention ends exactly now: kept
     assert (await pruner.run_once(now=now + TICK)).jobs == 1
     assert await _remaining(clean_db) == set(pending)
 
 
-async def test_batches_are_bounded_and_drain(clean_db: AsyncEngine) -> None:
+async def test_batches_are_bounded_and_drain(clean_db: AsyncEngine, svc: JobService) -> None:
     ids = await seed_jobs(clean_db, 25)
     await set_columns(
         clean_db, ids, status="succeeded", finished_at=await db_now(clean_db) - timedelta(days=1)
     )
-    pruner = _pruner(clean_db, batch_size=10)
+    pruner = _pruner(svc, batch_size=10)
     assert (await pruner.run_once()).jobs == 10
     assert await drain(pruner) == 15
     assert await _remaining(clean_db) == set()
 
 
-async def test_throughput_minutes_are_kept_for_their_retention(clean_db: AsyncEngine) -> None:
+async def test_throughput_minutes_are_kept_for_their_retention(
+    clean_db: AsyncEngine, svc: JobService
+) -> None:
     now = await db_now(clean_db)
     async with clean_db.begin() as conn:
         await conn.execute(
@@ -75,7 +78,7 @@ async def test_throughput_minutes_are_kept_for_their_retention(clean_db: AsyncEn
             ),
             {"edge": now - timedelta(seconds=HOUR), "young": now},
         )
-    pruner = _pruner(clean_db)
+    pruner = _pruner(svc)
     assert (await pruner.run_once(now=now)).throughput_rows == 0
     assert (await pruner.run_once(now=now + TICK)).throughput_rows == 1
 

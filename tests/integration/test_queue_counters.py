@@ -8,8 +8,8 @@ import random
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.queue.service import JobService
 from app.queue.types import NewJob
-from tests.integration.helpers import service
 
 QUEUES = ["a", "b", "c"]
 
@@ -28,8 +28,9 @@ async def _actual(engine: AsyncEngine) -> dict[tuple[str, str], int]:
         return {(q, s): int(n) for q, s, n in rows}
 
 
-async def test_counters_follow_every_kind_of_statement(clean_db: AsyncEngine) -> None:
-    svc = service(clean_db)
+async def test_counters_follow_every_kind_of_statement(
+    clean_db: AsyncEngine, svc: JobService
+) -> None:
     rng = random.Random(7)
     jobs = [
         NewJob(queue=rng.choice(QUEUES), type="t", delay_seconds=rng.choice([None, 0, 3600]))
@@ -71,8 +72,9 @@ async def test_counters_follow_every_kind_of_statement(clean_db: AsyncEngine) ->
     assert await _counted(clean_db) == {}
 
 
-async def test_counters_stay_exact_under_concurrent_writers(clean_db: AsyncEngine) -> None:
-    svc = service(clean_db)
+async def test_counters_stay_exact_under_concurrent_writers(
+    clean_db: AsyncEngine, svc: JobService
+) -> None:
 
     async def producer(n: int) -> None:
         for _ in range(10):

@@ -9,15 +9,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.maintenance.reaper import Reaper, ReaperConfig
 from app.maintenance.runner import drain
-from tests.integration.helpers import db_now, job_row, seed_jobs, service, set_columns
+from app.queue.service import JobService
+from tests.integration.helpers import db_now, job_row, seed_jobs, set_columns
 
 TICK = timedelta(microseconds=1)
 
 
-def _reaper(engine: AsyncEngine, batch_size: int = 500) -> Reaper:
-    return Reaper(
-        service=service(engine), config=ReaperConfig(interval_seconds=1, batch_size=batch_size)
-    )
+def _reaper(svc: JobService, batch_size: int = 500) -> Reaper:
+    return Reaper(service=svc, config=ReaperConfig(interval_seconds=1, batch_size=batch_size))
 
 
 async def _running(engine: AsyncEngine, count: int, **columns: object) -> list[int]:
@@ -32,11 +31,13 @@ async def _running(engine: AsyncEngine, count: int, **columns: object) -> list[i
     return ids
 
 
-async def test_a_lease_is_reaped_only_once_its_expiry_has_passed(clean_db: AsyncEngine) -> None:
+async def test_a_lease_is_reaped_only_once_its_expiry_has_passed(
+    clean_db: AsyncEngine, svc: JobService
+) -> None:
     now = await db_now(clean_db)
     [edge] = await _running(clean_db, 1, lease_expires_at=now)
     [later] = await _running(clean_db, 1, lease_expires_at=now + timedelta(seconds=5))
-    reaper = _reaper(clean_db)
+    reaper = _reaper(svc)
 
     assert (await reaper.run_once(now=now)).total == 0  # expires at now: still held
     counts = await reaper.run_once(now=now + TICK)
@@ -51,29 +52,31 @@ async def test_a_lease_is_reaped_only_once_its_expiry_has_passed(clean_db: Async
     assert (await job_row(clean_db, later))["status"] == "running"
 
 
-async def test_the_last_attempt_goes_dead(clean_db: AsyncEngine) -> None:
+async def test_the_last_attempt_goes_dead(clean_db: AsyncEngine, svc: JobService) -> None:
     now = await db_now(clean_db)
     [job] = await _running(clean_db, 1, attempts=10, max_attempts=10, lease_expires_at=now)
-    counts = await _reaper(clean_db).run_once(now=now + TICK)
+    counts = await _reaper(svc).run_once(now=now + TICK)
     assert (counts.retried, counts.dead) == (0, 1)
     row = await job_row(clean_db, job)
     assert row["status"] == "dead" and row["finished_at"] == now + TICK
 
 
-async def test_an_attempt_past_its_timeout_is_reaped_as_timed_out(clean_db: AsyncEngine) -> None:
+async def test_an_attempt_past_its_timeout_is_reaped_as_timed_out(
+    clean_db: AsyncEngine, svc: JobService
+) -> None:
     now = await db_now(clean_db)
     started = now - timedelta(seconds=10)
     [job] = await _running(
         clean_db, 1, started_at=started, timeout_seconds=10, lease_expires_at=now
     )
-    await _reaper(clean_db).run_once(now=now + TICK)
+    await _reaper(svc).run_once(now=now + TICK)
     row = await job_row(clean_db, job)
     assert row["lease_ended_by"] == "timeout" and row["errors"][-1]["kind"] == "timed_out"
 
 
-async def test_batches_are_bounded_and_drain(clean_db: AsyncEngine) -> None:
+async def test_batches_are_bounded_and_drain(clean_db: AsyncEngine, svc: JobService) -> None:
     await _running(clean_db, 25)
-    reaper = _reaper(clean_db, batch_size=10)
+    reaper = _reaper(svc, batch_size=10)
     later = await db_now(clean_db) + timedelta(seconds=1)
     assert (await reaper.run_once(now=later)).total == 10
     assert await drain(reaper) == 15

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.errors import InvalidTransition
 from app.queue.service import JobService
 from app.queue.states import TRANSITIONS, JobStatus, Operation, backoff_ceiling
-from tests.integration.helpers import job_row, service
+from tests.integration.helpers import job_row
 
 FINAL = {Operation.FAIL_FINAL, Operation.REAP_FINAL}
 REAPING = {Operation.REAP_RETRY, Operation.REAP_FINAL}
@@ -83,11 +83,11 @@ def _runner(operation: Operation) -> Callable[[JobService, dict[str, Any]], Awai
 @pytest.mark.parametrize("status", list(JobStatus))
 @pytest.mark.parametrize("operation", list(Operation))
 async def test_the_sql_moves_each_state_as_the_table_says(
-    clean_db: AsyncEngine, operation: Operation, status: JobStatus
+    clean_db: AsyncEngine, svc: JobService, operation: Operation, status: JobStatus
 ) -> None:
     item = await _seed(clean_db, status, operation)
     with contextlib.suppress(InvalidTransition):  # cancel / retry refuse with a 409
-        await _runner(operation)(service(clean_db), item)
+        await _runner(operation)(svc, item)
     after = JobStatus((await job_row(clean_db, item["job_id"]))["status"])
     assert after == TRANSITIONS.get((operation, status), status)
 

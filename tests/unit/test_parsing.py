@@ -32,6 +32,27 @@ def test_strict_json_locates_the_problem() -> None:
     assert _loc(b"[" * 20 + b"]" * 20) == ("body", *[0] * 8)
 
 
+def test_strict_json_keeps_integers_past_64_bits_exact() -> None:
+    # orjson would read this as a float; the parser must hand it on unchanged.
+    big = 123456789012345678901234567890
+    assert parse_strict_json(b'{"id": ' + str(big).encode() + b"}") == {"id": big}
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"a": 1e400}',
+        b'{"a": -1e400}',
+        b'{"a": "\\ud800"}',
+        b'{"k\\u0000": 1}',
+        b'{"a": Infinity}',
+    ],
+)
+def test_strict_json_refuses_what_jsonb_cannot_store(raw: bytes) -> None:
+    with pytest.raises(RequestValidationError):
+        parse_strict_json(raw, max_depth=8)
+
+
 def test_cursor_round_trip_and_garbage() -> None:
     assert decode_cursor(encode_cursor(12345)) == 12345
     for bad in ("", "!!", "djE6YWJj", encode_cursor(1) + "x" * 3):

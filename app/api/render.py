@@ -1,0 +1,72 @@
+"""Responses written once, by orjson, in exactly the shape the response models declare.
+
+The routes keep their ``response_model`` for the OpenAPI document; on the hot routes they
+return these bytes themselves, so FastAPI neither validates nor serialises the answer a second
+time. ``tests/unit/test_render.py`` holds each shape against its pydantic model.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import orjson
+from fastapi import Response
+
+from app.api.schemas import Job, LeaseResult
+from app.queue.types import LeaseOutcome
+
+JOB_FIELDS: tuple[str, ...] = tuple(Job.model_fields)
+LEASE_RESULT_FIELDS: tuple[str, ...] = tuple(LeaseResult.model_fields)
+_OPTIONS = orjson.OPT_UTC_Z
+
+
+def _default(value: object) -> object:
+    if isinstance(value, uuid.UUID):  # asyncpg's UUID is a subclass orjson does not take as one
+        return str(value)
+    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
+
+
+def job(row: Mapping[Any, Any]) -> dict[str, Any]:
+    """A jobs row as the ``Job`` model shows it."""
+    return {name: row[name] for name in JOB_FIELDS}
+
+
+def claimed(row: Mapping[Any, Any]) -> dict[str, Any]:
+    """A claimed row as ``ClaimedJob``: the job and the number of this attempt."""
+    data = job(row)
+    data["attempt"] = row["attempts"]
+    return data
+
+
+def lease_result(outcome: LeaseOutcome) -> dict[str, Any]:
+    """One lease item's verdict as ``LeaseResult``."""
+    return {
+        "job_id": outcome.job_id,
+        "ok": outcome.ok,
+        "status": outcome.status,
+        "error": None if outcome.ok else "lease_lost",
+        "cancelled": outcome.cancelled,
+        "timed_out": outcome.timed_out,
+        "lease_expires_at": outcome.lease_expires_at,
+        "run_at": outcome.run_at,
+    }
+
+
+def json_response(content: object, *, status_code: int = 200) -> Response:
+    """A JSON response written once."""
+    body = orjson.dumps(content, option=_OPTIONS, default=_default)
+    return Response(body, status_code=status_code, media_type="application/json")
+
+
+def jobs_response(
+    rows: Iterable[Mapping[Any, Any]], *, key: str = "jobs", status_code: int = 200, **extra: Any
+) -> Response:
+    """``{"jobs": [...]}`` (plus ``extra`` fields) for a list of rows."""
+    return json_response({key: [job(r) for r in rows], **extra}, status_code=status_code)
+
+
+def lease_results_response(outcomes: Sequence[LeaseOutcome]) -> Response:
+    """``LeaseResults`` for the outcomes, in order."""
+    return json_response({"results": [lease_result(o) for o in outcomes]})

@@ -1,0 +1,17 @@
+"""A job service on the session database, for tests that drive the queue core directly."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.queue.service import JobService
+from tests.integration.helpers import service
+
+
+@pytest.fixture
+def svc(clean_db: AsyncEngine, driver_pool: Any) -> JobService:
+    """The service on emptied tables."""
+    return service(clean_db, driver_pool)

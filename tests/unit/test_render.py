@@ -1,0 +1,83 @@
+"""The hand-written responses match the response models field for field (no database)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
+import pytest
+
+from app.api import render
+from app.api.schemas import ClaimedJob, Job, LeaseResults
+from app.queue.types import LeaseOutcome
+
+NOW = datetime(2026, 12, 1, 10, 0, 0, 123456, tzinfo=UTC)
+
+
+def _row(**overrides: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "id": 7,
+        "queue": "emails",
+        "type": "welcome",
+        "status": "running",
+        "payload": {"user": 42, "tags": ["a", None], "big": 1.5},
+        "priority": -3,
+        "attempts": 2,
+        "max_attempts": 10,
+        "run_at": NOW,
+        "lease_seconds": 30,
+        "timeout_seconds": None,
+        "idempotency_key": "k",
+        "lease_id": uuid.UUID("9f1c0000-0000-4000-8000-000000000001"),
+        "worker_id": "host-a:1",
+        "lease_expires_at": NOW + timedelta(seconds=30),
+        "result": None,
+        "last_error": "boom",
+        "errors": [{"attempt": 1, "error": "boom"}],
+        "checkpoint": {"last_id": 800},
+        "checkpoint_at": NOW.replace(microsecond=0),
+        "progress": None,
+        "created_at": NOW - timedelta(days=1),
+        "started_at": NOW,
+        "finished_at": None,
+        "updated_at": NOW,
+        # Columns the API does not show.
+        "lease_granted_seconds": 30,
+        "lease_ended_by": None,
+        "idempotency_hash": "h",
+    }
+    row.update(overrides)
+    return row
+
+
+def _as_pydantic(model: Any, data: dict[str, Any]) -> Any:
+    return orjson.loads(model.model_validate(data).model_dump_json())
+
+
+@pytest.mark.parametrize(
+    "overrides", [{}, {"lease_id": None, "status": "pending", "payload": None}]
+)
+def test_a_job_renders_as_the_job_model_does(overrides: dict[str, Any]) -> None:
+    row = _row(**overrides)
+    ours = orjson.loads(render.json_response(render.job(row)).body)
+    assert ours == _as_pydantic(Job, row)
+    assert list(ours) == list(Job.model_fields)
+
+
+def test_a_claimed_job_renders_as_the_claimed_job_model_does() -> None:
+    row = _row()
+    ours = orjson.loads(render.json_response(render.claimed(row)).body)
+    assert ours == _as_pydantic(ClaimedJob, {**row, "attempt": row["attempts"]})
+
+
+def test_lease_results_render_as_the_lease_results_model_does() -> None:
+    outcomes = [
+        LeaseOutcome(job_id=1, status="succeeded"),
+        LeaseOutcome(job_id=2, status=None, cancelled=True),
+        LeaseOutcome(job_id=3, status="scheduled", run_at=NOW, lease_expires_at=None),
+    ]
+    ours = orjson.loads(render.lease_results_response(outcomes).body)
+    expected = {"results": [render.lease_result(o) for o in outcomes]}
+    assert ours == orjson.loads(LeaseResults.model_validate(expected).model_dump_json())
