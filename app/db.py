@@ -85,7 +85,7 @@ async def _keep_as_is(conn: Any) -> None:
     """
 
 
-async def create_driver_pool(url: str, *, size: int) -> Any:
+async def create_driver_pool(url: str, *, size: int, application_name: str = "jobq") -> Any:
     """An asyncpg pool of ``size`` connections whose jsonb values are JSON text in, Python out."""
     return await asyncpg.create_pool(
         driver_dsn(url),
@@ -93,5 +93,5 @@ async def create_driver_pool(url: str, *, size: int) -> Any:
         max_size=size,
         init=_setup_connection,
         reset=_keep_as_is,
-        server_settings={"application_name": "jobq"},
+        server_settings={"application_name": application_name},
     )

@@ -20,7 +20,7 @@ from app.maintenance.pruner import Pruner, PrunerConfig
 from app.maintenance.reaper import Reaper, ReaperConfig
 from app.maintenance.runner import Loop, LoopRunner
 from app.queue.repository import Repository
-from app.queue.service import JobService
+from app.queue.service import CoalescingPolicy, JobService
 from app.queue.types import BackoffPolicy
 from app.queue.waiters import WaiterHub
 from app.settings import Settings
@@ -122,6 +122,11 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine=engine,
         pool=pool,
         pool_timeout=settings.db_pool_timeout_seconds,
+        coalescing=CoalescingPolicy(
+            max_in_flight=settings.coalesce_max_in_flight, max_items=settings.coalesce_max_items
+        )
+        if settings.coalesce
+        else None,
         repository=repository,
         max_attempts_default=settings.max_attempts_default,
         lease_seconds_default=settings.lease_seconds_default,

@@ -76,6 +76,24 @@ class Settings(BaseSettings):
         default=16 * 1024, ge=256, le=1024 * 1024, description="Largest progress value (JSON)."
     )
 
+    # Coalescing (app/queue/coalesce.py).
+    coalesce: bool = Field(
+        default=True,
+        description="Concurrent requests of one kind (claim, lease calls, single enqueues) share statements.",
+    )
+    coalesce_max_in_flight: int = Field(
+        default=2,
+        ge=1,
+        le=64,
+        description="Statements of one kind running at once; more requests wait and share the next.",
+    )
+    coalesce_max_items: int = Field(
+        default=1000,
+        ge=1,
+        le=10000,
+        description="Items (jobs, leases, claim slots) one shared statement carries.",
+    )
+
     # Jobs.
     lease_seconds_default: int = Field(
         default=30,

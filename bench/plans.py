@@ -268,6 +268,16 @@ def _repository() -> Any:
     return repository_for(Settings(database_url="postgresql://unused/unused"))
 
 
+async def _claim(repo: Any, conn: Any, queues: list[str], max_jobs: int) -> Any:
+    # The claim's signature changed when claims began to share statements (slots).
+    try:
+        return await repo.job_claim(conn, queues=queues, slots=[("bench", 30)] * max_jobs)
+    except TypeError:  # the code before: one worker per claim statement
+        return await repo.job_claim(
+            conn, worker_id="bench", queues=queues, max_jobs=max_jobs, lease_seconds=30
+        )
+
+
 def probes(repo: Any) -> dict[str, Probe]:
     """The measured statements, each a call of one repository method on a wrapped connection."""
 
@@ -298,14 +308,10 @@ def probes(repo: Any) -> dict[str, Probe]:
     async def claim_empty(conn: Any, _: Any) -> Any:
         # Only tomorrow's jobs on c0's side of the index once c0's due jobs are gone: claim
         # from a queue that has nothing due but the scheduled rows.
-        return await repo.job_claim(
-            conn, worker_id="bench", queues=["c0-later"], max_jobs=10, lease_seconds=30
-        )
+        return await _claim(repo, conn, ["c0-later"], 10)
 
     async def claim_three(conn: Any, _: Any) -> Any:
-        return await repo.job_claim(
-            conn, worker_id="bench", queues=list(CLAIM_QUEUES), max_jobs=100, lease_seconds=30
-        )
+        return await _claim(repo, conn, list(CLAIM_QUEUES), 100)
 
     async def backstop(conn: Any, _: Any) -> Any:
         return await repo.job_due_in_queues(conn, queues=["c0-later"], cap=100)

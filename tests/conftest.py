@@ -102,7 +102,7 @@ async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
 @pytest.fixture(scope="session")
 async def driver_pool(database_url: str) -> AsyncIterator[Any]:
     """An asyncpg pool on the session's database, as the service's hot path uses."""
-    pool = await create_driver_pool(database_url, size=4)
+    pool = await create_driver_pool(database_url, size=4, application_name="jobq-tests")
     yield pool
     await pool.close()
 

@@ -10,6 +10,7 @@ from pydantic import Field
 
 from app.api import schemas as wire
 from app.api.deps import Service
+from app.api.lean import LeanRoute
 from app.api.render import job, jobs_response, json_response
 from app.api.schemas import (
     EnqueueRequest,
@@ -20,7 +21,6 @@ from app.api.schemas import (
     QueueName,
     new_job,
 )
-from app.api.strict_json import StrictJSONRoute
 from app.errors import PROBLEM, InvalidInput
 from app.queue.states import JobStatus
 from app.settings import Settings
@@ -28,7 +28,7 @@ from app.settings import Settings
 
 def build_router(settings: Settings) -> APIRouter:
     """The producer routes, validating against this app's limits (and documenting them)."""
-    router = APIRouter(prefix="/v1/jobs", tags=["jobs"], route_class=StrictJSONRoute)
+    router = APIRouter(prefix="/v1/jobs", tags=["jobs"], route_class=LeanRoute)
 
     # Named as on the wire: OpenAPI names its components after these classes.
     class EnqueueBatchRequest(wire.EnqueueBatchRequest):

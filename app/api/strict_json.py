@@ -120,7 +120,8 @@ def _validation_error(loc: tuple[str | int, ...], message: str) -> RequestValida
     )
 
 
-def _is_json(content_type: str | None) -> bool:
+def is_json(content_type: str | None) -> bool:
+    """Whether a request's content type is JSON (or absent, which clients often leave it)."""
     if not content_type:
         return True
     media = content_type.split(";", 1)[0].strip().lower()
@@ -148,7 +149,7 @@ class StrictJSONRoute(APIRoute):
         async def strict_handler(request: Request) -> Response:
             strict = StrictJSONRequest(request.scope, request.receive)
             # Parse here, outside FastAPI's body reader, which would turn our 422 into a bare 400.
-            if await strict.body() and _is_json(strict.headers.get("content-type")):
+            if await strict.body() and is_json(strict.headers.get("content-type")):
                 await strict.json()
             return await handler(strict)
 

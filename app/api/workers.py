@@ -13,9 +13,9 @@ from pydantic import AfterValidator, Field, JsonValue
 
 from app.api import schemas as wire
 from app.api.deps import Service
+from app.api.lean import LeanRoute
 from app.api.render import claimed, json_response, lease_results_response
 from app.api.schemas import ClaimResponse, LeaseResults, StrictModel, json_size_at_most
-from app.api.strict_json import StrictJSONRoute
 from app.errors import PROBLEM
 from app.settings import Settings
 
@@ -47,7 +47,7 @@ async def _client_gone(request: Request) -> AsyncIterator[asyncio.Event]:
 
 def build_router(settings: Settings) -> APIRouter:
     """The worker routes, validating against this app's limits (and documenting them)."""
-    router = APIRouter(prefix="/v1", tags=["workers"], route_class=StrictJSONRoute)
+    router = APIRouter(prefix="/v1", tags=["workers"], route_class=LeanRoute)
     per_call = settings.lease_batch_max
     checkpoint_bytes = settings.checkpoint_max_bytes
     Checkpoint = Annotated[

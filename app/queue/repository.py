@@ -106,36 +106,38 @@ class Repository:
         self,
         conn: Driver,
         *,
-        worker_id: str,
         queues: Sequence[str],
-        max_jobs: int,
-        lease_seconds: int | None,
-    ) -> list[JobRow]:
-        """Leases up to ``max_jobs`` due jobs of the given queues to ``worker_id``."""
+        slots: Sequence[tuple[str, int | None]],
+    ) -> list[JobRow | None]:
+        """Leases up to one due job per slot ``(worker_id, lease_seconds)``, best job to slot 1.
+
+        Answers one entry per slot, in order: the row leased in it, or ``None`` when fewer jobs
+        were due than slots asked.
+        """
         rows = await _fetch(
             conn,
             "job_claim",
             {
-                "worker_id": worker_id,
                 "queues": list(queues),
-                "max_jobs": max_jobs,
-                "lease_seconds": lease_seconds,
+                "max_jobs": len(slots),
+                "worker_ids": [worker for worker, _ in slots],
+                "lease_seconds": [lease for _, lease in slots],
             },
         )
-        # The UPDATE returns rows in no particular order; hand them out in claim order.
-        rows.sort(key=lambda r: (-r["priority"], r["run_at"], r["id"]))
-        return rows
+        by_slot: list[JobRow | None] = [None] * len(slots)
+        for row in rows:
+            by_slot[row["slot"] - 1] = row
+        return by_slot
 
     async def _taken(
         self,
         conn: Driver,
         name: str,
         *,
-        worker_id: str,
         items: Sequence[LeaseItem],
         extra: Mapping[str, Any] | None = None,
     ) -> dict[int, LeaseOutcome]:
-        params: dict[str, Any] = {"worker_id": worker_id, "items": to_json(items)}
+        params: dict[str, Any] = {"items": to_json(items)}
         params.update(extra or {})
         return {
             int(row["ord"]) - 1: LeaseOutcome(
@@ -149,47 +151,46 @@ class Repository:
         }
 
     async def job_heartbeat(
-        self, conn: Driver, *, worker_id: str, items: Sequence[LeaseItem]
+        self, conn: Driver, *, items: Sequence[LeaseItem]
     ) -> dict[int, LeaseOutcome]:
         """Extends held leases with checkpoint and progress; answers the items taken, by position."""
-        return await self._taken(conn, "job_heartbeat", worker_id=worker_id, items=items)
+        return await self._taken(conn, "job_heartbeat", items=items)
 
     async def job_complete(
-        self, conn: Driver, *, worker_id: str, items: Sequence[LeaseItem]
+        self, conn: Driver, *, items: Sequence[LeaseItem]
     ) -> dict[int, LeaseOutcome]:
         """Marks held jobs succeeded; answers the items taken, by position."""
-        return await self._taken(conn, "job_complete", worker_id=worker_id, items=items)
+        return await self._taken(conn, "job_complete", items=items)
 
     async def job_fail(
-        self, conn: Driver, *, worker_id: str, items: Sequence[LeaseItem]
+        self, conn: Driver, *, items: Sequence[LeaseItem]
     ) -> dict[int, LeaseOutcome]:
         """Records failed attempts (retried after a backoff, or dead); answers the items taken."""
-        return await self._taken(
-            conn, "job_fail", worker_id=worker_id, items=items, extra=self._backoff_params()
-        )
+        return await self._taken(conn, "job_fail", items=items, extra=self._backoff_params())
 
     async def job_release(
-        self, conn: Driver, *, worker_id: str, items: Sequence[LeaseItem]
+        self, conn: Driver, *, items: Sequence[LeaseItem]
     ) -> dict[int, LeaseOutcome]:
         """Returns held jobs to pending without charging the attempt; answers the items taken."""
-        return await self._taken(conn, "job_release", worker_id=worker_id, items=items)
+        return await self._taken(conn, "job_release", items=items)
 
     async def job_lease_verdict(
         self,
         conn: Driver,
         *,
         transition: LeaseTransition,
-        worker_id: str,
         items: Sequence[LeaseItem],
     ) -> list[LeaseOutcome]:
         """For items a transition did not take: replay of the same transition, or lost (in order)."""
-        keys = [{"job_id": i["job_id"], "lease_id": i["lease_id"]} for i in items]
+        keys = [
+            {"job_id": i["job_id"], "lease_id": i["lease_id"], "worker_id": i["worker_id"]}
+            for i in items
+        ]
         rows = await _fetch(
             conn,
             "job_lease_verdict",
             {
                 "items": to_json(keys),
-                "worker_id": worker_id,
                 # A heartbeat ends nothing, so it has nothing to replay.
                 "transition": None if transition is LeaseTransition.HEARTBEAT else transition.value,
             },

@@ -9,8 +9,10 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import functools
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -27,6 +29,7 @@ from app.errors import (
     sqlstate,
 )
 from app.queue.bounds import MAX_BIGINT
+from app.queue.coalesce import Coalescer
 from app.queue.repository import Driver, Repository
 from app.queue.states import JobStatus, Operation, allowed_from
 from app.queue.types import (
@@ -92,6 +95,7 @@ class JobService:
         max_attempts_default: int,
         lease_seconds_default: int,
         pool_timeout: float = 10.0,
+        coalescing: CoalescingPolicy | None = None,
         hub: WaiterHub | None = None,
         announce: Announce | None = None,
     ) -> None:
@@ -108,6 +112,33 @@ class JobService:
         self.hub = hub or WaiterHub()
         # Called after a commit that made jobs claimable: wakes waiters here and elsewhere.
         self.announce: Announce = announce or self.hub.notify
+        # Concurrent requests of one kind share statements (app/queue/coalesce.py); None: off.
+        self.coalescing = coalescing
+        self._leases: dict[LeaseTransition, Coalescer[LeaseItem, LeaseOutcome]] = {}
+        self._claims: dict[tuple[str, ...], Coalescer[tuple[str, int | None], JobRow | None]] = {}
+        self._enqueues: Coalescer[dict[str, Any], tuple[JobRow, bool] | Exception] | None = None
+        if coalescing is not None:
+            for transition in LeaseTransition:
+                self._leases[transition] = self._coalescer(
+                    functools.partial(self._lease_statement, transition)
+                )
+            self._enqueues = self._coalescer(self._enqueue_singles)
+
+    def _coalescer(self, flush: Callable[[Sequence[Any]], Awaitable[Sequence[Any]]]) -> Any:
+        if self.coalescing is None:
+            raise RuntimeError("coalescing is off")
+        return Coalescer(
+            flush,
+            max_in_flight=self.coalescing.max_in_flight,
+            max_items=self.coalescing.max_items,
+        )
+
+    def statements_coalesced(self) -> dict[str, int]:
+        """Statements run per kind of coalesced request, since start (for /metrics)."""
+        counts = {f"lease_{t.value}": c.statements for t, c in self._leases.items()}
+        if self._enqueues is not None:
+            counts["enqueue"] = self._enqueues.statements
+        return counts
 
     async def _run(
         self, work: Callable[[AsyncConnection], Awaitable[T]], *, transaction: bool = False
@@ -181,37 +212,29 @@ class JobService:
             "idempotency_hash": job.fingerprint if job.idempotency_key is not None else None,
         }
 
-    async def enqueue(
-        self, new_jobs: Sequence[NewJob], *, key_field: Callable[[int], str]
-    ) -> list[tuple[JobRow, bool]]:
-        """Enqueues jobs in one transaction; answers each job and whether this call created it.
-
-        A job whose idempotency key exists with the same request is answered as it is; with a
-        different request the whole call fails, naming ``key_field(position)``, and nothing is
-        written.
-        """
-        items = [self._enqueue_item(j) for j in new_jobs]
-        any_keys = any(item["idempotency_key"] is not None for item in items)
-
-        async def work(conn: Driver) -> list[tuple[JobRow, bool]]:
-            rows = await self.repo.job_enqueue(conn, items=items)
-            skipped = [i for i, row in enumerate(rows) if row is None]
-            existing: Mapping[tuple[str, str], JobRow] = {}
-            if skipped:
-                keys = [(items[i]["queue"], items[i]["idempotency_key"]) for i in skipped]
-                existing = await self.repo.job_get_by_idempotency_keys(conn, keys=keys)
-            answered: list[tuple[JobRow, bool]] = []
-            for i, row in enumerate(rows):
-                if row is not None:
-                    answered.append((row, True))
-                    continue
-                key = (items[i]["queue"], items[i]["idempotency_key"])
-                found = existing.get(key)
-                if found is None:
-                    # The conflicting job was deleted between the two statements: try again.
-                    raise _Retry
-                if found["idempotency_hash"] != items[i]["idempotency_hash"]:
-                    raise IdempotencyKeyReused(
+    async def _enqueue_statement(
+        self, conn: Driver, items: Sequence[dict[str, Any]], key_field: Callable[[int], str]
+    ) -> list[tuple[JobRow, bool] | Exception]:
+        """Inserts the items; answers per item its job and whether it was created, or its error."""
+        rows = await self.repo.job_enqueue(conn, items=items)
+        skipped = [i for i, row in enumerate(rows) if row is None]
+        existing: Mapping[tuple[str, str], JobRow] = {}
+        if skipped:
+            keys = [(items[i]["queue"], items[i]["idempotency_key"]) for i in skipped]
+            existing = await self.repo.job_get_by_idempotency_keys(conn, keys=keys)
+        answered: list[tuple[JobRow, bool] | Exception] = []
+        for i, row in enumerate(rows):
+            if row is not None:
+                answered.append((row, True))
+                continue
+            key = (items[i]["queue"], items[i]["idempotency_key"])
+            found = existing.get(key)
+            if found is None:
+                # The conflicting job was deleted between the two statements: try again.
+                answered.append(_Retry())
+            elif found["idempotency_hash"] != items[i]["idempotency_hash"]:
+                answered.append(
+                    IdempotencyKeyReused(
                         f"idempotency key {key[1]!r} of queue {key[0]!r} was used for a "
                         "different request",
                         errors=[
@@ -221,22 +244,70 @@ class JobService:
                             }
                         ],
                     )
+                )
+            else:
                 answered.append((found, False))
-            return answered
+        self._announce_counts(
+            a[0]["queue"]
+            for a in answered
+            if isinstance(a, tuple) and a[1] and a[0]["status"] == JobStatus.PENDING
+        )
+        return answered
 
+    async def _enqueue_singles(
+        self, items: Sequence[dict[str, Any]]
+    ) -> Sequence[tuple[JobRow, bool] | Exception]:
+        """One statement for the single enqueues of many requests (each stands alone)."""
+
+        async def work(conn: Driver) -> list[tuple[JobRow, bool] | Exception]:
+            return await self._enqueue_statement(conn, items, lambda _: "idempotency_key")
+
+        return await self._run_hot(work)
+
+    async def enqueue(
+        self, new_jobs: Sequence[NewJob], *, key_field: Callable[[int], str]
+    ) -> list[tuple[JobRow, bool]]:
+        """Enqueues jobs, all or nothing; answers each job and whether this call created it.
+
+        A job whose idempotency key exists with the same request is answered as it is; with a
+        different request the whole call fails, naming ``key_field(position)``, and nothing is
+        written. A single job shares its statement with the single enqueues of other requests
+        (coalescing); a batch is one transaction of its own when it carries keys.
+        """
+        items = [self._enqueue_item(j) for j in new_jobs]
         for _ in range(_TRANSACTION_TRIES):
-            try:
-                # Keys need the lookup in the same transaction: a reused key rolls the batch back.
-                answered = await self._run_hot(work, transaction=any_keys)
-            except _Retry:
+            if len(items) == 1 and self._enqueues is not None:
+                [single] = await self._enqueues.submit(items)
+                if isinstance(single, _Retry):
+                    continue
+                if isinstance(single, Exception):
+                    raise single
+                return [single]
+            outcome = await self._enqueue_batch(items, key_field)
+            if isinstance(outcome, _Retry):
                 continue
-            self._announce_counts(
-                row["queue"]
-                for row, created in answered
-                if created and row["status"] == JobStatus.PENDING
-            )
-            return answered
+            if isinstance(outcome, Exception):
+                raise outcome
+            return outcome
         raise InvalidTransition("the idempotency key's job kept being deleted; retry")
+
+    async def _enqueue_batch(
+        self, items: Sequence[dict[str, Any]], key_field: Callable[[int], str]
+    ) -> list[tuple[JobRow, bool]] | Exception:
+        any_keys = any(item["idempotency_key"] is not None for item in items)
+
+        async def work(conn: Driver) -> list[tuple[JobRow, bool]]:
+            answered = await self._enqueue_statement(conn, items, key_field)
+            for outcome in answered:
+                if isinstance(outcome, Exception):
+                    raise outcome  # rolls the batch back: all or nothing
+            return [a for a in answered if isinstance(a, tuple)]
+
+        try:
+            # Keys need the lookup in the same transaction: a reused key rolls the batch back.
+            return await self._run_hot(work, transaction=any_keys)
+        except _Retry as retry:
+            return retry
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -346,6 +417,36 @@ class JobService:
 
     # -- workers -----------------------------------------------------------------------------
 
+    async def _claim_slots(
+        self, queues: tuple[str, ...], slots: Sequence[tuple[str, int | None]]
+    ) -> Sequence[JobRow | None]:
+        """One claim statement for the slots of one or many claim requests on these queues."""
+
+        async def work(conn: Driver) -> list[JobRow | None]:
+            return await self.repo.job_claim(conn, queues=queues, slots=slots)
+
+        return await self._run_hot(work)
+
+    async def _claim_once(
+        self, *, worker_id: str, queues: Sequence[str], max_jobs: int, lease_seconds: int | None
+    ) -> list[JobRow]:
+        key = tuple(sorted(set(queues)))
+        slots = [(worker_id, lease_seconds)] * max_jobs
+        if self.coalescing is None:
+            taken = await self._claim_slots(key, slots)
+        else:
+            claims = self._claims.get(key)
+            if claims is None:
+                claims = self._claims[key] = self._coalescer(
+                    lambda batch: self._claim_slots(key, batch)
+                )
+            try:
+                taken = await claims.submit(slots)
+            finally:
+                if claims.idle and self._claims.get(key) is claims:
+                    del self._claims[key]
+        return [row for row in taken if row is not None]
+
     async def claim(
         self,
         *,
@@ -358,6 +459,8 @@ class JobService:
     ) -> list[JobRow]:
         """Leases up to ``max_jobs`` due jobs; with ``wait_seconds``, long-polls until one comes.
 
+        Concurrent claims on the same queues share one claim statement (coalescing); each gets
+        its own leases, best jobs to the earliest claim.
         A waiting claim holds no database connection: it parks in the hub and re-runs the claim
         statement when woken: by an announcement, or by the backstop that checks its queues at
         least every second in case an announcement was lost.
@@ -365,17 +468,13 @@ class JobService:
         or when the instance shuts down.
         """
 
-        async def work(conn: Driver) -> list[JobRow]:
-            return await self.repo.job_claim(
-                conn,
-                worker_id=worker_id,
-                queues=queues,
-                max_jobs=max_jobs,
-                lease_seconds=lease_seconds,
+        async def attempt() -> list[JobRow]:
+            return await self._claim_once(
+                worker_id=worker_id, queues=queues, max_jobs=max_jobs, lease_seconds=lease_seconds
             )
 
         if wait_seconds <= 0 or self.hub.closed:
-            return await self._run_hot(work)
+            return await attempt()
 
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_seconds
@@ -386,7 +485,7 @@ class JobService:
             while True:
                 if stop.is_set():
                     return []
-                jobs = await self._run_hot(work)
+                jobs = await attempt()
                 if jobs and stop.is_set():
                     # The client left while the claim ran: nobody will get these leases, so
                     # hand the jobs straight back (no attempt charged) instead of letting them
@@ -434,13 +533,23 @@ class JobService:
     async def _lease(
         self, transition: LeaseTransition, worker_id: str, items: Sequence[LeaseItem]
     ) -> list[LeaseOutcome]:
+        owned = [{**item, "worker_id": worker_id} for item in items]
+        coalescer = self._leases.get(transition)
+        if coalescer is None:
+            return list(await self._lease_statement(transition, owned))
+        return list(await coalescer.submit(owned))
+
+    async def _lease_statement(
+        self, transition: LeaseTransition, items: Sequence[LeaseItem]
+    ) -> Sequence[LeaseOutcome]:
         """Runs a lease transition; items it did not take get a verdict read after it.
 
-        The transition is one conditional UPDATE, answering only what it took; that is the whole
-        round trip when every lease was held. Items it did not take (a replay, a lost lease, a
-        cancel or a timeout) are judged by a second statement, which sees the version of the row
-        the UPDATE re-checked after waiting for it: a caller who lost nothing is never told
-        ``lease_lost`` because of a snapshot taken before the row it waited for was committed.
+        Each item names its worker, so the items may come from many requests. The transition
+        is one conditional UPDATE, answering only what it took; that is the whole round trip
+        when every lease was held. Items it did not take (a replay, a lost lease, a cancel or a
+        timeout) are judged by a second statement, which sees the version of the row the UPDATE
+        re-checked after waiting for it: a caller who lost nothing is never told ``lease_lost``
+        because of a snapshot taken before the row it waited for was committed.
         """
         statement = {
             LeaseTransition.HEARTBEAT: self.repo.job_heartbeat,
@@ -450,12 +559,12 @@ class JobService:
         }[transition]
 
         async def work(conn: Driver) -> list[LeaseOutcome]:
-            taken = await statement(conn, worker_id=worker_id, items=items)
+            taken = await statement(conn, items=items)
             missed = [i for i in range(len(items)) if i not in taken]
             if not missed:
                 return [taken[i] for i in range(len(items))]
             verdicts = await self.repo.job_lease_verdict(
-                conn, transition=transition, worker_id=worker_id, items=[items[i] for i in missed]
+                conn, transition=transition, items=[items[i] for i in missed]
             )
             judged = dict(zip(missed, verdicts, strict=True))
             return [taken[i] if i in taken else judged[i] for i in range(len(items))]
@@ -531,6 +640,14 @@ class JobService:
 
 class _Retry(Exception):
     """Internal: the unit of work must run again."""
+
+
+@dataclass(frozen=True)
+class CoalescingPolicy:
+    """How far concurrent requests of one kind are merged into shared statements."""
+
+    max_in_flight: int
+    max_items: int
 
 
 async def _wait_either(first: asyncio.Event, second: asyncio.Event, *, seconds: float) -> None:

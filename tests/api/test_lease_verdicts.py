@@ -48,8 +48,8 @@ async def _behind(
     return await asyncio.wait_for(waiting, 10)
 
 
-def _items(job: dict[str, Any]) -> str:
-    return json.dumps([{"job_id": job["id"], "lease_id": job["lease_id"]}])
+def _items(job: dict[str, Any], worker: str = "w1") -> str:
+    return json.dumps([{"job_id": job["id"], "lease_id": job["lease_id"], "worker_id": worker}])
 
 
 async def test_a_replay_waiting_behind_the_complete_it_repeats_succeeds(
@@ -60,7 +60,7 @@ async def test_a_replay_waiting_behind_the_complete_it_repeats_succeeds(
     [replay] = await _behind(
         clean_db,
         "job_complete",
-        {"worker_id": "w1", "items": _items(c)},
+        {"items": _items(c)},
         lease_call(client, "complete", "w1", lease(c, result="again")),
     )
     assert replay["ok"] and replay["status"] == "succeeded" and replay["error"] is None

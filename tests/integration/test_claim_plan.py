@@ -31,7 +31,12 @@ async def test_claim_uses_ordered_index_scan_without_backlog_sort(
         await conn.execute(text("ANALYZE queues"))
         result = await conn.execute(
             text("EXPLAIN (FORMAT JSON) " + statement("job_claim").sql),
-            {"worker_id": "w", "queues": queues, "max_jobs": 10, "lease_seconds": 30},
+            {
+                "queues": queues,
+                "max_jobs": 10,
+                "worker_ids": ["w"] * 10,
+                "lease_seconds": [30] * 10,
+            },
         )
         raw = result.scalar_one()
         await conn.rollback()

@@ -2,6 +2,8 @@
 -- saying what it does; app/queue/queries.py loads them and app/queue/repository.py is the only
 -- caller. Parameters are :name binds; jsonb arguments are passed as JSON text.
 -- Every state change is one conditional statement: the rows it returns are the verdict.
+-- Lease calls carry the worker id in each item, so concurrent requests of many workers can share
+-- one statement (app/queue/coalesce.py) with the ownership check still made per item.
 -- Per-queue counts are kept by triggers on jobs (migration 0006), not by these statements.
 -- Statements of the maintenance loops take an optional :now (NULL: the database's now()), so
 -- tests can run them exactly at a deadline.
@@ -51,10 +53,12 @@ JOIN jobs j ON j.queue = k.queue AND j.idempotency_key = k.idempotency_key;
 SELECT * FROM jobs WHERE id = :id;
 
 -- name: job_claim
--- Leases up to :max_jobs due jobs from the given unpaused queues, best priority first, locking only the rows it takes.
+-- Leases up to :max_jobs due jobs from the given unpaused queues, best priority first, locking only the rows it takes; slot k goes to worker_ids[k] with lease_seconds[k].
 -- Each queue is walked in ix_jobs_claimable order (no sort of the backlog). With several queues,
 -- an unlocked look at each queue's head first decides how many jobs each gives (its share of the
 -- best :max_jobs); the locking walk then takes that many per queue, skipping rows others hold.
+-- The jobs taken are numbered in claim order: slot k is leased to worker_ids[k] for
+-- lease_seconds[k] (NULL: the job's own), so several concurrent claims share one statement.
 WITH queue_names AS MATERIALIZED (
     SELECT DISTINCT q.name
     FROM unnest(CAST(:queues AS text[])) AS q(name)
@@ -86,10 +90,10 @@ shares AS (
     GROUP BY best.queue
 ),
 picked AS MATERIALIZED (
-    SELECT l.id
+    SELECT l.id, l.priority, l.run_at
     FROM shares s
     CROSS JOIN LATERAL (
-        SELECT j.id
+        SELECT j.id, j.priority, j.run_at
         FROM jobs j
         WHERE j.queue = s.queue AND j.status = 'pending' AND j.run_at <= now()
         ORDER BY j.priority DESC, j.run_at, j.id
@@ -98,22 +102,30 @@ picked AS MATERIALIZED (
     ) l
     -- The shares add up to at most :max_jobs; saying so lets the planner join by index.
     LIMIT :max_jobs
+),
+slotted AS (
+    SELECT p.id,
+           p.slot,
+           (CAST(:worker_ids AS text[]))[p.slot] AS worker_id,
+           (CAST(:lease_seconds AS int[]))[p.slot] AS lease_seconds
+    FROM (SELECT id, row_number() OVER (ORDER BY priority DESC, run_at, id) AS slot
+          FROM picked) p
 )
 UPDATE jobs j
 SET status = 'running',
     attempts = j.attempts + 1,
     lease_id = gen_random_uuid(),
-    worker_id = :worker_id,
+    worker_id = s.worker_id,
     lease_ended_by = NULL,
-    lease_granted_seconds = COALESCE(CAST(:lease_seconds AS int), j.lease_seconds),
+    lease_granted_seconds = COALESCE(s.lease_seconds, j.lease_seconds),
     lease_expires_at = now() + make_interval(secs => LEAST(
-        COALESCE(CAST(:lease_seconds AS int), j.lease_seconds),
+        COALESCE(s.lease_seconds, j.lease_seconds),
         COALESCE(j.timeout_seconds, 2147483647))),
     started_at = now(),
     updated_at = now()
-FROM picked
-WHERE j.id = picked.id
-RETURNING j.*;
+FROM slotted s
+WHERE j.id = s.id
+RETURNING s.slot, j.*;
 
 -- name: job_heartbeat
 -- Extends the leases the worker still holds, saving checkpoint and progress in the same ownership-checked update; answers only the items it took.
@@ -121,6 +133,7 @@ WITH items AS MATERIALIZED (
     SELECT t.ord,
            (t.item->>'job_id')::bigint AS job_id,
            (t.item->>'lease_id')::uuid AS lease_id,
+           t.item->>'worker_id' AS worker_id,
            (t.item->>'lease_seconds')::int AS lease_seconds,
            t.item ? 'checkpoint' AS has_checkpoint,
            NULLIF(t.item->'checkpoint', 'null'::jsonb) AS checkpoint,
@@ -140,7 +153,7 @@ SET lease_expires_at = LEAST(
     updated_at = now()
 FROM items i
 WHERE j.id = i.job_id AND j.lease_id = i.lease_id
-  AND j.status = 'running' AND j.worker_id = :worker_id
+  AND j.status = 'running' AND j.worker_id = i.worker_id
   AND (j.timeout_seconds IS NULL
        OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
 RETURNING i.ord, j.id AS job_id, j.status, j.lease_expires_at;
@@ -151,6 +164,7 @@ WITH items AS MATERIALIZED (
     SELECT t.ord,
            (t.item->>'job_id')::bigint AS job_id,
            (t.item->>'lease_id')::uuid AS lease_id,
+           t.item->>'worker_id' AS worker_id,
            NULLIF(t.item->'result', 'null'::jsonb) AS result
     FROM jsonb_array_elements(CAST(:items AS jsonb)) WITH ORDINALITY AS t(item, ord)
 )
@@ -163,7 +177,7 @@ SET status = 'succeeded',
     updated_at = now()
 FROM items i
 WHERE j.id = i.job_id AND j.lease_id = i.lease_id
-  AND j.status = 'running' AND j.worker_id = :worker_id
+  AND j.status = 'running' AND j.worker_id = i.worker_id
   AND (j.timeout_seconds IS NULL
        OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
 RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue;
@@ -174,6 +188,7 @@ WITH items AS MATERIALIZED (
     SELECT t.ord,
            (t.item->>'job_id')::bigint AS job_id,
            (t.item->>'lease_id')::uuid AS lease_id,
+           t.item->>'worker_id' AS worker_id,
            left(COALESCE(t.item->>'error', ''), CAST(:error_max_chars AS int)) AS error,
            COALESCE((t.item->>'retryable')::boolean, true) AS retryable,
            (t.item->>'retry_after_seconds')::float8 AS retry_after_seconds,
@@ -205,7 +220,7 @@ SET status = CASE WHEN NOT (i.retryable AND j.attempts < j.max_attempts) THEN 'd
     updated_at = now()
 FROM items i
 WHERE j.id = i.job_id AND j.lease_id = i.lease_id
-  AND j.status = 'running' AND j.worker_id = :worker_id
+  AND j.status = 'running' AND j.worker_id = i.worker_id
   AND (j.timeout_seconds IS NULL
        OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
 RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue;
@@ -216,6 +231,7 @@ WITH items AS MATERIALIZED (
     SELECT t.ord,
            (t.item->>'job_id')::bigint AS job_id,
            (t.item->>'lease_id')::uuid AS lease_id,
+           t.item->>'worker_id' AS worker_id,
            COALESCE((t.item->>'delay_seconds')::float8, 0) AS delay_seconds,
            t.item ? 'checkpoint' AS has_checkpoint,
            NULLIF(t.item->'checkpoint', 'null'::jsonb) AS checkpoint
@@ -232,7 +248,7 @@ SET status = CASE WHEN i.delay_seconds > 0 THEN 'scheduled' ELSE 'pending' END,
     updated_at = now()
 FROM items i
 WHERE j.id = i.job_id AND j.lease_id = i.lease_id
-  AND j.status = 'running' AND j.worker_id = :worker_id
+  AND j.status = 'running' AND j.worker_id = i.worker_id
   -- A worker cannot dodge its timeout by releasing: the overrun attempt counts as failed.
   AND (j.timeout_seconds IS NULL
        OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
@@ -245,7 +261,8 @@ RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue;
 WITH items AS MATERIALIZED (
     SELECT t.ord,
            (t.item->>'job_id')::bigint AS job_id,
-           (t.item->>'lease_id')::uuid AS lease_id
+           (t.item->>'lease_id')::uuid AS lease_id,
+           t.item->>'worker_id' AS worker_id
     FROM jsonb_array_elements(CAST(:items AS jsonb)) WITH ORDINALITY AS t(item, ord)
 )
 SELECT i.ord, i.job_id,
@@ -259,7 +276,7 @@ SELECT i.ord, i.job_id,
                 false) AS timed_out
 FROM items i
 LEFT JOIN jobs j ON j.id = i.job_id
-CROSS JOIN LATERAL (SELECT j.lease_id = i.lease_id AND j.worker_id = :worker_id AS mine) m
+CROSS JOIN LATERAL (SELECT j.lease_id = i.lease_id AND j.worker_id = i.worker_id AS mine) m
 ORDER BY i.ord;
 
 -- name: job_cancel

@@ -1,0 +1,119 @@
+"""The route class of the hot routes: FastAPI's contract and validation, without its per-call machinery.
+
+Measured under 16 concurrent enqueues, FastAPI's dependency solving alone took 18 % of the
+server's CPU, a declared header 5 %, while the endpoint itself took 9 %. A :class:`LeanRoute`
+keeps everything FastAPI derives from the endpoint's signature (the OpenAPI document, the
+request model, the status codes) but answers requests with a handler built once per route:
+the body is parsed by :func:`parse_strict_json` and validated by the request model's own
+pydantic-core validator; declared headers are read and validated the same way; the service
+comes from the app's state. Errors are the same ``RequestValidationError`` FastAPI raises, with
+the same locations, so clients see no difference.
+
+Endpoints whose parameters are anything else (path or query parameters, other dependencies)
+are served by FastAPI's own handler.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.params import Depends, Header
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from app.api.deps import get_service
+from app.api.state import app_state
+from app.api.strict_json import StrictJSONRoute, is_json, parse_strict_json
+
+Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+
+
+@dataclass(frozen=True)
+class _Parameter:
+    name: str
+    kind: str  # "body", "service", "request" or "header"
+    adapter: TypeAdapter[Any] | None = None
+    header: str | None = None
+    default: Any = None
+
+
+def _plan(endpoint: Callable[..., Awaitable[Any]]) -> list[_Parameter] | None:
+    """How to fill each parameter of the endpoint, or ``None`` when a lean handler cannot."""
+    hints = typing.get_type_hints(endpoint, include_extras=True)
+    plan: list[_Parameter] = []
+    bodies = 0
+    for name, parameter in inspect.signature(endpoint).parameters.items():
+        hint: Any = hints.get(name)
+        base: Any = hint
+        extras: tuple[Any, ...] = ()
+        if typing.get_origin(hint) is typing.Annotated:
+            base, *rest = typing.get_args(hint)
+            extras = tuple(rest)
+        if base is Request:
+            plan.append(_Parameter(name, "request"))
+        elif any(isinstance(e, Depends) and e.dependency is get_service for e in extras):
+            plan.append(_Parameter(name, "service"))
+        elif headers := [e for e in extras if isinstance(e, Header)]:
+            alias: str = headers[0].alias or name.replace("_", "-")
+            default = None if parameter.default is inspect.Parameter.empty else parameter.default
+            plan.append(_Parameter(name, "header", TypeAdapter(hint), alias, default))
+        elif isinstance(base, type) and issubclass(base, BaseModel) and not extras:
+            bodies += 1
+            plan.append(_Parameter(name, "body", TypeAdapter(base)))
+        else:
+            return None
+    return plan if bodies == 1 else None
+
+
+def _errors(error: ValidationError, *loc: str) -> RequestValidationError:
+    return RequestValidationError(
+        [{**e, "loc": (*loc, *e["loc"])} for e in error.errors(include_url=False)]
+    )
+
+
+class LeanRoute(StrictJSONRoute):
+    """A route whose endpoint takes one request model, headers, the service and the request."""
+
+    def get_route_handler(self) -> Handler:
+        fallback = super().get_route_handler()
+        plan = _plan(self.endpoint)
+        if plan is None:
+            return fallback
+        endpoint = self.endpoint
+
+        async def lean_handler(request: Request) -> Response:
+            if not is_json(request.headers.get("content-type")):
+                return await fallback(request)  # FastAPI says what is wrong with the body
+            raw = await request.body()
+            if not raw:
+                raise RequestValidationError(
+                    [{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}]
+                )
+            state = app_state(request.app)
+            arguments: dict[str, Any] = {}
+            for parameter in plan:
+                if parameter.kind == "body":
+                    data = parse_strict_json(raw, max_depth=state.settings.max_json_depth)
+                    try:
+                        arguments[parameter.name] = parameter.adapter.validate_python(data)  # type: ignore[union-attr]
+                    except ValidationError as error:
+                        raise _errors(error, "body") from None
+                elif parameter.kind == "service":
+                    arguments[parameter.name] = state.running().service
+                elif parameter.kind == "request":
+                    arguments[parameter.name] = request
+                else:
+                    value = request.headers.get(parameter.header or "", parameter.default)
+                    try:
+                        arguments[parameter.name] = parameter.adapter.validate_python(value)  # type: ignore[union-attr]
+                    except ValidationError as error:
+                        raise _errors(error, "header", parameter.header or "") from None
+            response: Response = await endpoint(**arguments)
+            return response
+
+        return lean_handler

@@ -1,0 +1,144 @@
+"""Coalescing: concurrent requests of one kind share one statement, as group commit does.
+
+A request hands its items to a :class:`Coalescer` and waits. When fewer than ``max_in_flight``
+statements of this kind are running, the items go out at once, with whatever else is waiting:
+an idle instance adds no wait at all. While statements are in flight, new items gather and go
+out together as soon as one finishes. Each request is answered from the statement that carried
+its items, after that statement committed: nothing is acknowledged before it is durable.
+
+A merged statement that fails is run again for each request on its own, so one request's bad
+item fails that request only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+ItemT = TypeVar("ItemT")
+ResultT = TypeVar("ResultT")
+
+Flush = Callable[[Sequence[ItemT]], Awaitable[Sequence[ResultT]]]
+
+
+@dataclass
+class _Submission(Generic[ItemT, ResultT]):
+    items: Sequence[ItemT]
+    done: asyncio.Future[Sequence[ResultT]] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+
+class Coalescer(Generic[ItemT, ResultT]):
+    """Runs ``flush`` over the items of concurrent submissions, at most ``max_in_flight`` at once.
+
+    ``flush(items)`` must answer one result per item, in order. ``max_items`` caps one statement;
+    a larger backlog goes out in several.
+    """
+
+    def __init__(self, flush: Flush[ItemT, ResultT], *, max_in_flight: int, max_items: int) -> None:
+        if max_in_flight < 1 or max_items < 1:
+            raise ValueError("max_in_flight and max_items must be >= 1")
+        self._flush = flush
+        self.max_in_flight = max_in_flight
+        self.max_items = max_items
+        self._waiting: list[_Submission[ItemT, ResultT]] = []
+        self._in_flight = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.statements = 0  # flushes run, for the metrics and the tests
+
+    @property
+    def idle(self) -> bool:
+        """Whether nothing waits and nothing runs."""
+        return not self._waiting and not self._in_flight
+
+    async def submit(self, items: Sequence[ItemT]) -> Sequence[ResultT]:
+        """The results for ``items``, once the statement carrying them has committed."""
+        submission: _Submission[ItemT, ResultT] = _Submission(items)
+        self._waiting.append(submission)
+        self._launch()
+        try:
+            return await asyncio.shield(submission.done)
+        except asyncio.CancelledError:
+            # Not yet taken: withdraw. Taken: it runs anyway (the statement cannot be split).
+            if submission in self._waiting:
+                self._waiting.remove(submission)
+            raise
+
+    def _launch(self) -> None:
+        while self._waiting and self._in_flight < self.max_in_flight:
+            batch = self._take()
+            self._in_flight += 1
+            task = asyncio.create_task(self._run(batch), name="jobq-coalesced-statement")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _take(self) -> list[_Submission[ItemT, ResultT]]:
+        batch: list[_Submission[ItemT, ResultT]] = []
+        count = 0
+        while self._waiting:
+            size = len(self._waiting[0].items)
+            if batch and count + size > self.max_items:
+                break
+            batch.append(self._waiting.pop(0))
+            count += size
+        return batch
+
+    async def _run(self, batch: list[_Submission[ItemT, ResultT]]) -> None:
+        try:
+            await self._answer(batch)
+        finally:
+            self._in_flight -= 1
+            self._launch()
+
+    async def _answer(self, batch: list[_Submission[ItemT, ResultT]]) -> None:
+        items = [item for submission in batch for item in submission.items]
+        self.statements += 1
+        try:
+            results = await self._flush(items)
+        except asyncio.CancelledError:
+            for submission in batch:
+                if not submission.done.done():
+                    submission.done.cancel()
+            raise
+        except Exception as exc:  # noqa: BLE001 - handed to each request, or retried one by one
+            if len(batch) == 1:
+                _settle(batch[0], exc)
+                return
+            # One request's item may have failed them all: each request on its own, so only
+            # that request sees the error.
+            for submission in batch:
+                self.statements += 1
+                try:
+                    _settle(submission, await self._flush(submission.items))
+                except Exception as own:  # noqa: BLE001 - this request's own error
+                    _settle(submission, own)
+            return
+        start = 0
+        for submission in batch:
+            end = start + len(submission.items)
+            _settle(submission, results[start:end])
+            start = end
+
+    async def close(self) -> None:
+        """Waits for the statements in flight; submissions still waiting are cancelled."""
+        for submission in self._waiting:
+            submission.done.cancel()
+        self._waiting.clear()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+def _settle(
+    submission: _Submission[ItemT, ResultT], outcome: Sequence[ResultT] | BaseException
+) -> None:
+    if submission.done.done():
+        return
+    if isinstance(outcome, BaseException):
+        submission.done.set_exception(outcome)
+    else:
+        submission.done.set_result(outcome)

@@ -1,0 +1,86 @@
+"""``python -m bench --smoke`` runs end to end on the test session's PostgreSQL and verifies itself.
+
+Speed is never asserted: only that every workload ran, produced positive figures and passed the
+benchmark's own verification (every enqueue counted, every drained job succeeded exactly once).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ROW_KEYS = {
+    "enqueue_single_1",
+    "enqueue_single_16",
+    "enqueue_batch500_4",
+    "drain_1_max1",
+    "drain_4_max1",
+    "drain_16_max1",
+    "drain_1_max50",
+    "drain_4_max50",
+    "drain_16_max50",
+}
+TIMEOUT_SECONDS = 180  # it takes about a minute; a hang fails here instead of stalling the suite
+
+
+@pytest.mark.acceptance
+def test_bench_smoke_runs_and_verifies(pg_server_url: str, tmp_path: Path) -> None:
+    figures_path = tmp_path / "bench.json"
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("JOBQ_") and key != "DATABASE_URL"
+    }
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--smoke",
+            "--dsn",
+            pg_server_url,
+            "--json",
+            str(figures_path),
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_SECONDS,
+        check=False,
+    )
+    output = completed.stdout + completed.stderr
+    assert completed.returncode == 0, output[-6000:]
+
+    figures = json.loads(figures_path.read_text())
+    assert figures["verification"] == {"passed": True, "failures": []}
+    rows = {row["key"]: row for row in figures["rows"]}
+    assert set(rows) == ROW_KEYS
+    for key, row in rows.items():
+        for target in ("jobq", "raw"):
+            assert row[target]["jobs_per_s"] > 0, (key, target)
+            assert row[target]["rounds"], (key, target)
+        assert row["ratio"] > 0, key
+        assert row["jobq"]["server_cpu_ms_per_request"] >= 0, key
+
+    latency = figures["latency"]
+    assert latency["n"] == figures["settings"]["options"]["latency_jobs"]
+    assert latency["p99_ms"] > 0
+
+    history = figures["history"]
+    for phase in ("empty", "long"):
+        assert history[phase]["n"] > 0
+        assert history[phase]["p50_ms"] > 0
+    assert history["ratio_p50"] > 0
+
+    soak = figures["soak"]
+    assert soak["completed"] == soak["enqueued"] > 0
+    assert all(rss > 0 for rss in soak["rss_start_bytes"] + soak["rss_end_bytes"])
+    assert sum(soak["backends_peak"].values()) > 0
+    assert "VERIFICATION FAILED" not in output

@@ -1,0 +1,103 @@
+"""The coalescer: no wait when idle, one statement for requests that arrive while one runs,
+one bad request failing only itself (no database)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+
+from app.queue.coalesce import Coalescer
+from tests.polling import poll_until
+
+
+class Statements:
+    """A fake statement runner: records each call's items; can be held open or made to fail."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[int]] = []
+        self.gate: asyncio.Event | None = None
+
+    async def __call__(self, items: Sequence[int]) -> list[int]:
+        self.calls.append(list(items))
+        if self.gate is not None:
+            await self.gate.wait()
+        if any(item < 0 for item in items):
+            raise ValueError("a bad item")
+        return [item * 10 for item in items]
+
+
+async def test_an_idle_coalescer_runs_a_request_at_once() -> None:
+    run = Statements()
+    coalescer = Coalescer(run, max_in_flight=1, max_items=100)
+    assert await coalescer.submit([1, 2]) == [10, 20]
+    assert run.calls == [[1, 2]] and coalescer.idle
+
+
+async def test_requests_arriving_during_a_statement_share_the_next_one() -> None:
+    run = Statements()
+    run.gate = asyncio.Event()
+    coalescer = Coalescer(run, max_in_flight=1, max_items=100)
+    first = asyncio.ensure_future(coalescer.submit([1]))
+    await poll_until(lambda: len(run.calls) == 1, what="the first statement")
+    later = [asyncio.ensure_future(coalescer.submit([n, n + 1])) for n in (10, 20, 30)]
+    await asyncio.sleep(0)  # they queue; nothing new runs while the first is in flight
+    assert len(run.calls) == 1
+    run.gate.set()
+    assert await first == [10]
+    assert [await t for t in later] == [[100, 110], [200, 210], [300, 310]]
+    assert run.calls == [[1], [10, 11, 20, 21, 30, 31]]
+
+
+async def test_a_bad_request_fails_alone() -> None:
+    run = Statements()
+    run.gate = asyncio.Event()
+    coalescer = Coalescer(run, max_in_flight=1, max_items=100)
+    blocker = asyncio.ensure_future(coalescer.submit([0]))
+    await poll_until(lambda: len(run.calls) == 1, what="the first statement")
+    good = asyncio.ensure_future(coalescer.submit([1]))
+    bad = asyncio.ensure_future(coalescer.submit([-1]))
+    also_good = asyncio.ensure_future(coalescer.submit([2]))
+    run.gate.set()
+    await blocker
+    assert await good == [10] and await also_good == [20]
+    with pytest.raises(ValueError, match="a bad item"):
+        await bad
+    # The merged statement failed, then each request ran on its own.
+    assert run.calls[1] == [1, -1, 2] and run.calls[2:] == [[1], [-1], [2]]
+
+
+async def test_a_request_cancelled_before_its_statement_is_withdrawn() -> None:
+    run = Statements()
+    run.gate = asyncio.Event()
+    coalescer = Coalescer(run, max_in_flight=1, max_items=100)
+    blocker = asyncio.ensure_future(coalescer.submit([0]))
+    await poll_until(lambda: len(run.calls) == 1, what="the first statement")
+    gone = asyncio.ensure_future(coalescer.submit([5]))
+    kept = asyncio.ensure_future(coalescer.submit([6]))
+    await asyncio.sleep(0)
+    gone.cancel()
+    run.gate.set()
+    await blocker
+    assert await kept == [60]
+    assert run.calls == [[0], [6]]
+
+
+async def test_a_backlog_larger_than_one_statement_goes_out_in_several() -> None:
+    run = Statements()
+    run.gate = asyncio.Event()
+    coalescer = Coalescer(run, max_in_flight=1, max_items=4)
+    blocker = asyncio.ensure_future(coalescer.submit([0]))
+    await poll_until(lambda: len(run.calls) == 1, what="the first statement")
+    waiting = [asyncio.ensure_future(coalescer.submit([n, n])) for n in range(1, 5)]
+    await asyncio.sleep(0)
+    run.gate.set()
+    await blocker
+    assert [await t for t in waiting] == [[10, 10], [20, 20], [30, 30], [40, 40]]
+    assert run.calls[1:] == [[1, 1, 2, 2], [3, 3, 4, 4]]
+
+
+def test_limits_are_validated() -> None:
+    with pytest.raises(ValueError):
+        Coalescer(Statements(), max_in_flight=0, max_items=1)

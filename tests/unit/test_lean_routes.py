@@ -1,0 +1,30 @@
+"""The hot routes are answered by the lean handler; the others keep FastAPI's (no database)."""
+
+from __future__ import annotations
+
+from app.api import jobs, workers
+from app.api.lean import LeanRoute, _plan
+from app.settings import Settings
+
+HOT = {
+    ("POST", "/v1/jobs"),
+    ("POST", "/v1/jobs/batch"),
+    ("POST", "/v1/claim"),
+    ("POST", "/v1/heartbeat"),
+    ("POST", "/v1/complete"),
+    ("POST", "/v1/fail"),
+    ("POST", "/v1/release"),
+}
+
+
+def test_the_hot_routes_get_a_lean_handler_and_the_others_fastapis() -> None:
+    settings = Settings(database_url="postgresql://unused/unused")
+    routes = [*jobs.build_router(settings).routes, *workers.build_router(settings).routes]
+    planned = {
+        (method, route.path): _plan(route.endpoint) is not None
+        for route in routes
+        if isinstance(route, LeanRoute)
+        for method in route.methods
+    }
+    assert {key for key, lean in planned.items() if lean} == HOT
+    assert any(not lean for lean in planned.values())  # e.g. GET /v1/jobs/{job_id}
