@@ -38,15 +38,35 @@ def _serve(args: argparse.Namespace) -> int:
         overrides["host"] = args.host
     if args.port is not None:
         overrides["port"] = args.port
+    if args.workers is not None:
+        overrides["workers"] = args.workers
     settings = Settings(**overrides)
+    if args.supervised:
+        # One of the processes of `--workers N`: the parent migrated and passed DATABASE_URL.
+        from app.supervisor import reuse_port_socket
+
+        server = JobqServer.for_app(create_app(settings), log_level=args.log_level)
+        server.run(sockets=[reuse_port_socket(settings.host, settings.port)])
+        return 0
     url = resolve_database_url(settings, verbose=args.verbose)
     upgrade(url)
     settings = settings.model_copy(update={"database_url": url})
     base = f"http://{settings.host}:{settings.port}"
+    processes = f", {settings.workers} processes" if settings.workers > 1 else ""
     print(
-        f"jobq serving on {base}  (API {base}/v1, docs {base}/docs, health {base}/healthz)",
+        f"jobq serving on {base}  (API {base}/v1, docs {base}/docs, health {base}/healthz"
+        f"{processes})",
         flush=True,
     )
+    if settings.workers > 1:
+        from app.supervisor import Supervisor, child_argv, child_environment
+
+        return Supervisor(
+            argv=child_argv(settings.host, settings.port, args.log_level),
+            env=child_environment(url),
+            count=settings.workers,
+            grace_seconds=settings.shutdown_grace_seconds + 5,
+        ).run()
     JobqServer.for_app(create_app(settings), log_level=args.log_level).run()
     return 0
 
@@ -83,6 +103,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
     )
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="server processes on the port (default JOBQ_WORKERS or 1)",
+    )
+    serve.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)
     serve.add_argument(
         "-v",
         "--verbose",

@@ -32,6 +32,9 @@ class Settings(BaseSettings):
     )
     host: str = Field(default="127.0.0.1", description="Listen address (also --host).")
     port: int = Field(default=8000, ge=0, le=65535, description="Listen port (also --port).")
+    workers: int = Field(
+        default=1, ge=1, le=64, description="Server processes sharing the port (also --workers)."
+    )
 
     db_pool_size: int = Field(
         default=10, ge=1, le=200, description="Connections for enqueue, claim and lease calls."

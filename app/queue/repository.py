@@ -305,14 +305,10 @@ class Repository:
 
     # -- the control connection --------------------------------------------------------------
 
-    async def wakeup_notify(
-        self, conn: AsyncConnection, *, channel: str, payloads: Sequence[str]
-    ) -> None:
-        """Sends the wake-up notifications (one per payload)."""
+    async def wakeup_notify(self, conn: Driver, *, channel: str, payloads: Sequence[str]) -> None:
+        """Sends the wake-up notifications (one per payload), on the control connection's driver."""
         if payloads:
-            await conn.execute(
-                statement("wakeup_notify").clause, {"channel": channel, "payloads": list(payloads)}
-            )
+            await _fetch(conn, "wakeup_notify", {"channel": channel, "payloads": list(payloads)})
 
     async def maintenance_try_lead(self, conn: AsyncConnection) -> bool:
         """Takes the maintenance leader lock on this connection's session, if free."""

@@ -65,6 +65,9 @@ class ControlChannel:
         self.coalesce_window = coalesce_window
         self.instance = uuid.uuid4().hex[:12]
         self._conn: AsyncConnection | None = None
+        # The same connection's asyncpg side: notifications go out on it directly (they are
+        # frequent under load; SQLAlchemy's per-call cost showed in the profile).
+        self._driver: Any = None
         self._io = asyncio.Lock()  # one statement at a time on the one connection
         self._lost = asyncio.Event()
         self._connected = asyncio.Event()
@@ -138,7 +141,7 @@ class ControlChannel:
                     sent = True  # nobody to tell: other instances rely on their backstop
                     return
                 try:
-                    await self.repo.wakeup_notify(self._conn, channel=CHANNEL, payloads=payloads)
+                    await self.repo.wakeup_notify(self._driver, channel=CHANNEL, payloads=payloads)
                 except Exception as exc:  # noqa: BLE001 - any failure: reconnect, never die
                     logger.warning("notify failed: %s", brief(exc))
                     self._lost.set()
@@ -190,11 +193,12 @@ class ControlChannel:
         await driver.add_listener(CHANNEL, self._on_notification)
         driver.add_termination_listener(self._on_termination)
         self._conn = conn
+        self._driver = driver
 
     async def _close(self) -> None:
         self._connected.clear()
         self._holds_lock = False
-        conn, self._conn = self._conn, None
+        conn, self._conn, self._driver = self._conn, None, None
         if conn is not None:
             with contextlib.suppress(DBAPIError, OSError):
                 await conn.invalidate()
