@@ -41,9 +41,10 @@ def summary(values_ms: list[float]) -> str:
 
 
 @contextlib.contextmanager
-def database() -> Iterator[str]:
-    """A fresh database: on ``DATABASE_URL``'s server when set, else on an embedded PostgreSQL."""
-    server_url = os.environ.get("DATABASE_URL")
+def database(server_url: str | None = None) -> Iterator[str]:
+    """A fresh migrated database, dropped afterwards: on ``server_url``'s server when given, else
+    on ``DATABASE_URL``'s when set, else on an embedded PostgreSQL started for it."""
+    server_url = server_url or os.environ.get("DATABASE_URL")
     embedded = None
     folder = None
     if not server_url:
@@ -84,9 +85,32 @@ def free_port() -> int:
         return port
 
 
+class JobqProcess:
+    """One running `jobq serve` process: its base URL, its pid and the file its output goes to."""
+
+    def __init__(self, process: subprocess.Popen[bytes], base: str, log_path: str) -> None:
+        self.process = process
+        self.base = base
+        self.log_path = log_path
+        self.keep_log = False  # set to keep the output file after the process stops
+
+    @property
+    def pid(self) -> int:
+        """The process id."""
+        return self.process.pid
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last ``lines`` lines the process wrote."""
+        try:
+            text = Path(self.log_path).read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
 @contextlib.asynccontextmanager
-async def jobq_serve(url: str, **env: str) -> AsyncIterator[str]:
-    """A real `jobq serve` process on a free port; answers its base URL."""
+async def jobq_process(url: str, **env: str) -> AsyncIterator[JobqProcess]:
+    """A real `jobq serve` process on a free port, ready (``/readyz`` answers 200)."""
     port = free_port()
     environment = {**os.environ, "DATABASE_URL": url, **env}
     log = tempfile.NamedTemporaryFile(prefix="jobq-bench-", suffix=".log", delete=False)  # noqa: SIM115
@@ -97,20 +121,22 @@ async def jobq_serve(url: str, **env: str) -> AsyncIterator[str]:
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    base = f"http://127.0.0.1:{port}"
+    served = JobqProcess(process, f"http://127.0.0.1:{port}", log.name)
     try:
         deadline = time.monotonic() + 30
         async with httpx.AsyncClient() as client:
             while True:
                 if process.poll() is not None:
+                    served.keep_log = True
                     raise RuntimeError(f"jobq serve exited; see {log.name}")
                 with contextlib.suppress(httpx.HTTPError):
-                    if (await client.get(f"{base}/readyz")).status_code == 200:
+                    if (await client.get(f"{served.base}/readyz")).status_code == 200:
                         break
                 if time.monotonic() > deadline:
+                    served.keep_log = True
                     raise RuntimeError(f"jobq serve not ready; see {log.name}")
                 await asyncio.sleep(0.1)
-        yield base
+        yield served
     finally:
         process.send_signal(signal.SIGTERM)
         try:
@@ -119,7 +145,15 @@ async def jobq_serve(url: str, **env: str) -> AsyncIterator[str]:
             process.kill()
             process.wait()
         log.close()
-        os.unlink(log.name)
+        if not served.keep_log:
+            os.unlink(log.name)
+
+
+@contextlib.asynccontextmanager
+async def jobq_serve(url: str, **env: str) -> AsyncIterator[str]:
+    """A real `jobq serve` process on a free port; answers its base URL."""
+    async with jobq_process(url, **env) as served:
+        yield served.base
 
 
 async def count_backends(url: str, application_names: Mapping[str, None] | list[str]) -> int:

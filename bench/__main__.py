@@ -1,0 +1,352 @@
+"""``python -m bench``: jobq against raw SQL on the same PostgreSQL, every run verified.
+
+    python -m bench                         # embedded PostgreSQL, 1 instance, 20,000 jobs, 3 rounds
+    python -m bench --smoke                 # a few hundred jobs, 1 round, short soak (< 1 minute)
+    python -m bench --dsn postgresql://postgres@127.0.0.1:5432/postgres   # another server
+    python -m bench --instances 2           # two `jobq serve` instances (scale-out)
+    python -m bench --json bench.json       # also write every figure as JSON
+
+It creates a fresh database (on the embedded PostgreSQL, or on ``--dsn``'s server, and drops it
+afterwards), migrates it, starts ``--instances`` real `jobq serve` processes on free ports and
+prints the settings it runs with. The load always comes from a separate process
+(``python -m bench.load``, a lean HTTP/1.1 client on asyncio streams, or asyncpg for the raw-SQL
+baseline), which reports its own CPU and that of the servers for each run.
+
+The table compares, per workload, jobq's jobs/s with the same work done by raw SQL on the same
+database in the same run (median over ``--rounds``), with the servers' CPU per request, the load
+process's share of the machine and commits (and statement calls, when ``pg_stat_statements`` is
+loaded) per job. Then: enqueue-to-claim latency with idle long-pollers, claim latency on an empty
+and on a long history (1,000,000 finished rows) with their ratio, and a soak with each instance's
+RSS growth and PostgreSQL's backends. Every run is verified against the database; a failed check
+is printed and the command exits 1. Speed is reported, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import platform
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from bench import report
+from bench.harness import JobqProcess, database, jobq_process, raw_dsn
+from bench.suite import (
+    HISTORY_TARGET_RATIO,
+    LATENCY_POLLERS,
+    ROWS,
+    SOAK_PRODUCERS,
+    SOAK_WORKERS,
+    STATS_SETTLE_SECONDS,
+    Options,
+    Suite,
+    cores,
+)
+
+FULL = {
+    "jobs": 20_000,
+    "rounds": 3,
+    "soak_seconds": 60.0,
+    "history_rows": 1_000_000,
+    "latency_jobs": 1000,
+    "claim_samples": 2000,
+}
+SMOKE = {
+    "jobs": 600,
+    "rounds": 1,
+    "soak_seconds": 5.0,
+    "history_rows": 20_000,
+    "latency_jobs": 60,
+    "claim_samples": 200,
+}
+PG_SETTINGS = ("server_version", "synchronous_commit", "fsync", "shared_buffers", "max_connections")
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line."""
+    p = argparse.ArgumentParser(
+        prog="python -m bench", description=__doc__.split("\n")[0] if __doc__ else None
+    )
+    p.add_argument("--dsn", help="PostgreSQL server to use (a fresh database is made on it)")
+    p.add_argument("--instances", type=int, default=1, help="jobq serve instances (default 1)")
+    p.add_argument("--smoke", action="store_true", help="small and quick: checks it all runs")
+    p.add_argument("--jobs", type=int, help="jobs per run (default 20,000; smoke 600)")
+    p.add_argument("--rounds", type=int, help="repetitions per row (default 3; smoke 1)")
+    p.add_argument("--soak-seconds", type=float, help="soak length (default 60; smoke 5)")
+    p.add_argument(
+        "--history-rows", type=int, help="finished rows seeded (default 1,000,000; smoke 20,000)"
+    )
+    p.add_argument("--latency-jobs", type=int, help="enqueue->claim samples (default 1000)")
+    p.add_argument("--claim-samples", type=int, help="claim latency samples (default 2000)")
+    p.add_argument(
+        "--settle-seconds",
+        type=float,
+        help=f"wait for PostgreSQL's statistics before reading commits (default "
+        f"{STATS_SETTLE_SECONDS:g}; smoke 0: commits are not read)",
+    )
+    p.add_argument("--json", type=Path, help="also write every figure to this JSON file")
+    return p
+
+
+def options_from(args: argparse.Namespace) -> Options:
+    """The sizes: the preset (full or smoke) with any explicit flag on top."""
+    preset = SMOKE if args.smoke else FULL
+    chosen: dict[str, Any] = {
+        key: getattr(args, key) if getattr(args, key) is not None else default
+        for key, default in preset.items()
+    }
+    return Options(
+        **chosen,
+        settle_seconds=(
+            args.settle_seconds
+            if args.settle_seconds is not None
+            else (0.0 if args.smoke else STATS_SETTLE_SECONDS)
+        ),
+        smoke=args.smoke,
+    )
+
+
+async def pg_settings(admin: Any) -> dict[str, str]:
+    """The PostgreSQL settings worth printing next to the figures."""
+    return {name: await admin.fetchval(f"SHOW {name}") for name in PG_SETTINGS}
+
+
+def pools(url: str) -> str:
+    """The connection pools the servers run with (their settings, from this environment)."""
+    from app.settings import Settings
+
+    settings = Settings(database_url=url)
+    sizes = {
+        name: getattr(settings, name)
+        for name in type(settings).model_fields
+        if name.startswith("db_") and (name.endswith("pool_size") or name == "db_max_overflow")
+    }
+    return ", ".join(f"{name} {value}" for name, value in sizes.items())
+
+
+def print_settings(settings: dict[str, Any]) -> None:
+    """The settings block at the top of the output."""
+    pg = settings["postgresql"]
+    o = settings["options"]
+    print("jobq benchmark: python -m bench" + (" --smoke" if o["smoke"] else ""))
+    print(
+        f"  PostgreSQL {pg['server_version']} ({settings['server']}), database {settings['database']}"
+    )
+    print(
+        f"  synchronous_commit {pg['synchronous_commit']}, fsync {pg['fsync']}, "
+        f"shared_buffers {pg['shared_buffers']}, max_connections {pg['max_connections']}"
+    )
+    print(
+        f"  cores {settings['cores']}, Python {settings['python']}, JSON {settings['json']}; "
+        f"jobq serve instances {settings['instances']} ({settings['pools']} each)"
+    )
+    print(
+        f"  jobs {o['jobs']:,} per run, rounds {o['rounds']}, soak {o['soak_seconds']:g} s, "
+        f"history {o['history_rows']:,} rows"
+    )
+    print(
+        "  clients: enqueue single 1 and 16, batch of 500 with 4; drain 1, 4 and 16 workers "
+        f"(max_jobs 1 and 50, wait_seconds 0); latency {LATENCY_POLLERS} long-pollers; "
+        f"soak {SOAK_PRODUCERS} producers + {SOAK_WORKERS} workers"
+    )
+    pgss = settings["pg_stat_statements"]
+    print(f"  pg_stat_statements: {'available' if pgss is None else f'unavailable ({pgss})'}")
+    print(flush=True)
+
+
+def print_results(document: dict[str, Any]) -> None:
+    """The table, then latency, history and soak lines, the notes and the verdict."""
+    print()
+    pgss = document["settings"]["pg_stat_statements"]
+    print(report.table(document["rows"], with_calls=pgss is None))
+    latency = document["latency"]
+    if latency:
+        print()
+        label = (
+            f"enqueue->claim, {latency['pollers']} idle long-pollers (wait_seconds 20), "
+            f"{latency['rate_per_s']:.0f} jobs/s"
+        )
+        print(report.latency_line(label, latency))
+    history = document["history"]
+    if "empty" in history and "long" in history:
+        print(
+            f"claim latency (max_jobs 1, backlog {history['backlog']}), empty history : "
+            + report.latency_line("", history["empty"]).lstrip(": ")
+        )
+        print(
+            f"claim latency after {history['history_rows']:,} finished rows"
+            f" (inserted + ANALYZE in {history['insert_seconds']:.1f} s): "
+            + report.latency_line("", history["long"]).lstrip(": ")
+        )
+        print(
+            f"  long ÷ empty history: p50 {report.number(history['ratio_p50'], 2)}, "
+            f"p99 {report.number(history['ratio_p99'], 2)} (target ≤ {HISTORY_TARGET_RATIO})"
+        )
+    soak = document["soak"]
+    if soak:
+        print(
+            f"soak {soak['seconds']:g} s ({soak['producers']} producers, {soak['workers']} workers): "
+            f"{soak['completed']:,} jobs, {report.number(soak['jobs_per_s'])} jobs/s, "
+            f"server CPU {report.number(soak['server_cpu_ms_per_request'], 2)} ms/req"
+        )
+        for i, (start, end, growth) in enumerate(
+            zip(
+                soak["rss_start_bytes"],
+                soak["rss_end_bytes"],
+                soak["rss_growth_percent"],
+                strict=True,
+            ),
+            start=1,
+        ):
+            print(
+                f"  instance {i} RSS {report.megabytes(start)} -> {report.megabytes(end)} "
+                f"({report.number(growth, 1)} %)"
+            )
+        peak = soak["backends_peak"]
+        print(
+            f"  PostgreSQL backends on the database during the soak: peak {sum(peak.values())} ("
+            + ", ".join(f"{name} {n}" for name, n in peak.items())
+            + f"); idle before {sum(soak['backends_before'].values())}, "
+            f"after {sum(soak['backends_after'].values())}"
+        )
+    o = document["settings"]["options"]
+    background = document["settings"]["background"]
+    if o["settle_seconds"] > 0:
+        commits_note = (
+            "pg_stat_database.xact_commit before and after each row's first round, each read "
+            f"after waiting {o['settle_seconds']:g} s for PostgreSQL to flush its statistics, less "
+            f"what the idle instances' background loops commit ({background['commits_per_s']:.1f}"
+            " /s, measured first) over that window"
+        )
+    else:
+        commits_note = (
+            "not read (--smoke or --settle-seconds 0: each read needs ~10 s for PostgreSQL to "
+            "flush its statistics)"
+        )
+    calls_note = (
+        "top-level pg_stat_statements calls per job, counted like commits"
+        if pgss is None
+        else f"unavailable ({pgss})"
+    )
+    xids_background = f" (idle instances: {background['xids_per_s']:.2f} /s)" if background else ""
+    print(
+        "\nnotes:\n"
+        f"  - jobs/s: median over {o['rounds']} round(s); jobq and raw SQL runs interleave, on the "
+        "same database, tables truncated before each run; drains time only the drain (pre-load "
+        "untimed, through the target's own 500-job batch enqueue).\n"
+        "  - raw SQL: asyncpg, one connection per client, one autocommit statement per step; the "
+        "schema's counter triggers fire for it too, so the baseline pays them as jobq does. The "
+        "jobq servers stay up (their background loops run) during the raw runs.\n"
+        "  - server CPU ms/req: utime+stime of the jobq serve processes (/proc) over the timed "
+        "section, per HTTP request. client CPU: the load process's CPU over the timed section, as "
+        f"a share of wall time x {document['settings']['cores']} cores.\n"
+        f"  - commits/job: {commits_note}.\n"
+        "  - xids/job: transaction ids assigned per job (pg_current_snapshot() before and after "
+        "every run: exact and immediate, server-wide; only transactions that write or NOTIFY "
+        f"take one){xids_background}.\n"
+        f"  - calls/job: {calls_note}."
+    )
+    failures = document["verification"]["failures"]
+    if failures:
+        print(f"\nVERIFICATION FAILED: {len(failures)} check(s)")
+        for line in failures:
+            print(f"  - {line}")
+    else:
+        print(
+            "\nverification: passed (each enqueue's rows match the requests; each drain completed "
+            "every pre-loaded job exactly once, none left pending or running)"
+        )
+    print(f"finished in {document['duration_seconds']:.0f} s")
+
+
+async def run(url: str, server: str, args: argparse.Namespace, started: float) -> int:
+    """Starts the instances, runs the suite, prints and writes the figures; answers the exit code."""
+    options = options_from(args)
+    dsn = raw_dsn(url)
+    admin = await asyncpg.connect(dsn, server_settings={"application_name": "bench-orchestrator"})
+    servers: list[JobqProcess] = []
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            for _ in range(args.instances):
+                servers.append(await stack.enter_async_context(jobq_process(url)))
+            suite = Suite(dsn=dsn, servers=servers, admin=admin, options=options)
+            await suite.check_pg_stat_statements()
+            await suite.measure_background()
+            settings = {
+                "server": server,
+                "database": await admin.fetchval("SELECT current_database()"),
+                "postgresql": await pg_settings(admin),
+                "cores": cores(),
+                "python": platform.python_version(),
+                "json": "orjson" if has_orjson() else "stdlib json",
+                "instances": args.instances,
+                "pools": pools(url),
+                "pg_stat_statements": suite.pg_stat_statements,
+                "background": suite.background,
+                "options": asdict(options),
+            }
+            print_settings(settings)
+            rows = []
+            for row in ROWS:
+                print(f"{row.label}:", flush=True)
+                rows.append(await suite.run_row(row))
+            print("enqueue->claim latency, claim latency on a long history, soak:", flush=True)
+            latency = await suite.latency()
+            history = await suite.history()
+            soak = await suite.soak()
+            document = {
+                "settings": settings,
+                "rows": rows,
+                "latency": latency,
+                "history": history,
+                "soak": soak,
+                "verification": {"passed": not suite.failures, "failures": suite.failures},
+                "duration_seconds": time.monotonic() - started,
+            }
+            print_results(document)
+            if args.json:
+                report.write_json(args.json, document)
+                print(f"figures written to {args.json}")
+            if suite.failures:
+                for i, served in enumerate(servers, start=1):
+                    print(f"\n--- jobq serve instance {i} output (kept in {served.log_path}) ---")
+                    print(served.log_tail())
+            return 1 if suite.failures else 0
+    finally:
+        await admin.close()
+
+
+def has_orjson() -> bool:
+    """Whether the load process's JSON goes through orjson."""
+    try:
+        import orjson  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: parses the command line, makes the database, runs."""
+    args = parser().parse_args(argv)
+    if args.instances < 1:
+        raise SystemExit("--instances must be at least 1")
+    started = time.monotonic()
+    if args.dsn:
+        server = "--dsn server"
+    elif os.environ.get("DATABASE_URL"):
+        server = "DATABASE_URL server"
+    else:
+        server = "embedded"
+    with database(args.dsn) as url:
+        return asyncio.run(run(url, server, args, started))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

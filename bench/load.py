@@ -1,0 +1,111 @@
+"""The load process: runs one workload against `jobq serve` (HTTP) or PostgreSQL (raw SQL), prints JSON.
+
+    python -m bench.load <workload> '<json args>'
+
+``python -m bench`` starts this as a subprocess for every run, so the load is generated neither
+by the orchestrator nor by the server. Workloads: ``enqueue``, ``drain``, ``latency``,
+``claim-latency`` and ``soak`` over HTTP (``bench/workloads.py``); ``raw-enqueue`` and
+``raw-drain`` over asyncpg (``bench/baseline.py``). The answer, one JSON object on stdout, holds
+the workload's own figures plus, over its timed section, the wall seconds, this process's CPU
+seconds and the CPU seconds of the server processes named in ``server_pids`` (Linux ``/proc``).
+It imports neither the service nor SQLAlchemy, so it starts fast and stays lean.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from bench.procstat import tree_cpu_seconds
+
+MAX_ERRORS_KEPT = 20
+
+
+class Meter:
+    """Wall time, this process's CPU and the servers' CPU over one timed section."""
+
+    def __init__(self, server_pids: Sequence[int]) -> None:
+        self.server_pids = list(server_pids)
+        self._wall = self._cpu = self._server = 0.0
+        self.wall_seconds = self.client_cpu_seconds = self.server_cpu_seconds = 0.0
+
+    def start(self) -> None:
+        """Marks the start of the timed section."""
+        self._server = tree_cpu_seconds(self.server_pids)
+        self._cpu = time.process_time()
+        self._wall = time.perf_counter()
+
+    def stop(self) -> None:
+        """Marks its end."""
+        self.wall_seconds = time.perf_counter() - self._wall
+        self.client_cpu_seconds = time.process_time() - self._cpu
+        self.server_cpu_seconds = tree_cpu_seconds(self.server_pids) - self._server
+
+    def figures(self) -> dict[str, float]:
+        """The three measured figures."""
+        return {
+            "wall_seconds": self.wall_seconds,
+            "client_cpu_seconds": self.client_cpu_seconds,
+            "server_cpu_seconds": self.server_cpu_seconds,
+        }
+
+
+class Errors:
+    """Errors seen during a run: all counted, the first few kept with their text."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.kept: list[str] = []
+
+    def add(self, message: str) -> None:
+        """Counts one error and keeps its text while fewer than ``MAX_ERRORS_KEPT`` are kept."""
+        self.count += 1
+        if len(self.kept) < MAX_ERRORS_KEPT:
+            self.kept.append(message[:500])
+
+    def figures(self) -> dict[str, Any]:
+        """The count and the kept texts."""
+        return {"error_count": self.count, "errors": self.kept}
+
+
+Workload = Callable[[dict[str, Any], Meter, Errors], Awaitable[dict[str, Any]]]
+
+
+def workloads() -> dict[str, Workload]:
+    """Every workload by name (imported here so each process loads only what it runs)."""
+    from bench import baseline, workloads
+
+    return {
+        "enqueue": workloads.enqueue,
+        "drain": workloads.drain,
+        "latency": workloads.latency,
+        "claim-latency": workloads.claim_latency,
+        "soak": workloads.soak,
+        "raw-enqueue": baseline.enqueue,
+        "raw-drain": baseline.drain,
+    }
+
+
+async def run(name: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Runs workload ``name`` with ``args``; answers its figures, the meter's and the errors."""
+    meter, errors = Meter(args.get("server_pids", [])), Errors()
+    figures = await workloads()[name](args, meter, errors)
+    return {"workload": name, **figures, **meter.figures(), **errors.figures()}
+
+
+def main(argv: Sequence[str]) -> int:
+    """Command line: ``<workload> <json args>``; prints one JSON object."""
+    if len(argv) != 2 or argv[0] not in workloads():
+        print(f"usage: python -m bench.load {{{','.join(workloads())}}} '<json args>'")
+        return 2
+    result = asyncio.run(run(argv[0], json.loads(argv[1])))
+    sys.stdout.write(json.dumps(result) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

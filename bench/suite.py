@@ -1,0 +1,584 @@
+"""The orchestrator behind ``python -m bench``: runs every workload, verifies it, gathers the figures.
+
+It never generates load itself: each run is a ``python -m bench.load`` subprocess (HTTP against
+the `jobq serve` instances, or raw SQL through asyncpg), whose JSON answer carries the timed
+figures. Around each run this module truncates the tables, pre-loads jobs when the workload
+drains, reads counters before and after (transaction ids assigned, every run; and, in each row's
+first round once the statistics have settled, ``pg_stat_database.xact_commit`` and
+``pg_stat_statements`` when available), and checks the database against what the load process
+says it did. Every failed check is kept in :attr:`Suite.failures`, printed as it is found, and
+makes the command fail.
+
+Rows (jobq and raw SQL, interleaved per round, medians over ``--rounds``): single enqueue with 1
+and 16 clients, batches of 500 with 4 clients, and drains with 1, 4 and 16 workers claiming 1 and
+50 at a time. Then: enqueue-to-claim latency with idle long-pollers, claim latency on an empty
+history and after a long one, and a soak with each instance's RSS and PostgreSQL's backends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import asyncpg
+
+from bench.baseline import APPLICATION_NAME as RAW_APPLICATION_NAME
+from bench.harness import ROOT, JobqProcess, percentile
+from bench.procstat import tree_rss_bytes
+
+QUEUE = "bench"
+PRELOAD_BATCH = 500
+PRELOAD_CLIENTS = 4
+LATENCY_POLLERS = 4
+LATENCY_INTERVAL_SECONDS = 0.02  # one job every 20 ms: 50 jobs/s, a modest rate
+CLAIM_BACKLOG = 100
+SOAK_PRODUCERS = 4
+SOAK_WORKERS = 4
+HISTORY_TARGET_RATIO = 1.2
+LOAD_TIMEOUT_SECONDS = 300.0
+# A PostgreSQL 15+ backend flushes its statistics at most once a second, and an idle one with
+# counts pending waits 10 s (PGSTAT_IDLE_INTERVAL) before flushing them: pg_stat_database shows a
+# jobq run's commits in full only that long after the run's last statement.
+STATS_SETTLE_SECONDS = 10.5
+# How long the idle instances are watched to learn their background loops' commit rate.
+BACKGROUND_SECONDS = 10.0
+
+Target = Literal["jobq", "raw"]
+
+
+@dataclass(frozen=True)
+class Options:
+    """What to run: sizes, repetitions and how long statistics take to settle."""
+
+    jobs: int
+    rounds: int
+    soak_seconds: float
+    history_rows: int
+    latency_jobs: int
+    claim_samples: int
+    settle_seconds: float  # 0: do not read xact_commit / pg_stat_statements
+    smoke: bool
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the table: a workload run against jobq and against raw SQL."""
+
+    key: str
+    label: str
+    kind: Literal["enqueue", "drain"]
+    clients: int
+    batch: int = 1
+    max_jobs: int = 1
+
+
+ROWS = (
+    Row("enqueue_single_1", "enqueue single, 1 client", "enqueue", 1),
+    Row("enqueue_single_16", "enqueue single, 16 clients", "enqueue", 16),
+    Row("enqueue_batch500_4", "enqueue batch 500, 4 clients", "enqueue", 4, batch=500),
+    Row("drain_1_max1", "drain, 1 worker, max_jobs 1", "drain", 1),
+    Row("drain_4_max1", "drain, 4 workers, max_jobs 1", "drain", 4),
+    Row("drain_16_max1", "drain, 16 workers, max_jobs 1", "drain", 16),
+    Row("drain_1_max50", "drain, 1 worker, max_jobs 50", "drain", 1, max_jobs=50),
+    Row("drain_4_max50", "drain, 4 workers, max_jobs 50", "drain", 4, max_jobs=50),
+    Row("drain_16_max50", "drain, 16 workers, max_jobs 50", "drain", 16, max_jobs=50),
+)
+
+HISTORY_INSERT = """
+INSERT INTO jobs (queue, type, payload, priority, status, attempts, max_attempts, lease_seconds,
+                  run_at, worker_id, lease_ended_by, created_at, started_at, finished_at,
+                  updated_at)
+SELECT $1, 'bench', jsonb_build_object('n', g), 0, 'succeeded', 1, 10, 30,
+       t.at, 'bench-history', 'complete', t.at, t.at, t.at, t.at
+FROM generate_series(1, $2::int) AS g
+CROSS JOIN LATERAL (SELECT now() - make_interval(secs => g % 86400) AS at) AS t
+"""
+
+BACKENDS = """
+SELECT coalesce(nullif(application_name, ''), '(none)') AS name, count(*) AS n
+FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'
+GROUP BY 1 ORDER BY 1
+"""
+
+
+class LoadFailed(Exception):
+    """The load process exited with an error."""
+
+
+def cores() -> int:
+    """CPUs this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def median(values: Sequence[float | None]) -> float | None:
+    """Median of the known values, None when there are none."""
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def latency_figures(samples: Sequence[float]) -> dict[str, Any]:
+    """p50, p99 and count of latency samples in ms."""
+    if not samples:
+        return {"n": 0, "p50_ms": None, "p99_ms": None}
+    values = list(samples)
+    return {"n": len(values), "p50_ms": percentile(values, 50), "p99_ms": percentile(values, 99)}
+
+
+class Suite:
+    """Runs the workloads against ``servers`` on the database ``dsn``; collects figures and failures."""
+
+    def __init__(
+        self, *, dsn: str, servers: Sequence[JobqProcess], admin: Any, options: Options
+    ) -> None:
+        self.dsn = dsn
+        self.servers = list(servers)
+        self.admin = admin  # one asyncpg connection for setup, checks and statistics
+        self.options = options
+        self.failures: list[str] = []
+        self.pg_stat_statements: str | None = None  # None: available; else why not
+        self.last_jobq_activity = time.monotonic()
+        self.background: dict[str, Any] = {}
+
+    @property
+    def bases(self) -> list[str]:
+        """The instances' base URLs."""
+        return [server.base for server in self.servers]
+
+    @property
+    def server_pids(self) -> list[int]:
+        """The instances' process ids."""
+        return [server.pid for server in self.servers]
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def fail(self, context: str, message: str) -> None:
+        """Records and prints a failed check."""
+        line = f"{context}: {message}"
+        self.failures.append(line)
+        print(f"  VERIFICATION FAILED [{line}]", flush=True)
+        for server in self.servers:
+            server.keep_log = True
+
+    async def load(self, workload: str, args: dict[str, Any]) -> dict[str, Any]:
+        """Runs ``python -m bench.load workload args`` and answers its JSON."""
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "bench.load",
+            workload,
+            json.dumps(args),
+            cwd=ROOT,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        # Generous: the slowest run (1 worker, max_jobs 1) does 2 requests per job; a hang ends here.
+        limit = LOAD_TIMEOUT_SECONDS + self.options.jobs / 10 + self.options.soak_seconds
+        try:
+            out, err = await asyncio.wait_for(process.communicate(), limit)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+            raise LoadFailed(
+                f"python -m bench.load {workload} still running after {limit:.0f} s; killed"
+            ) from None
+        if process.returncode != 0:
+            raise LoadFailed(
+                f"python -m bench.load {workload} exited {process.returncode}: "
+                + err.decode(errors="replace")[-2000:]
+            )
+        result: dict[str, Any] = json.loads(out)
+        if not workload.startswith("raw-"):
+            self.last_jobq_activity = time.monotonic()
+        return result
+
+    async def truncate(self) -> None:
+        """Empties the queue tables (a trigger clears the counters)."""
+        await self.admin.execute("TRUNCATE jobs, queues")
+
+    async def check_pg_stat_statements(self) -> None:
+        """Makes ``pg_stat_statements`` usable here, or records why it is not."""
+        created = False
+        try:
+            existed = await self.admin.fetchval(
+                "SELECT count(*) FROM pg_extension WHERE extname = 'pg_stat_statements'"
+            )
+            await self.admin.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            created = not existed
+            await self.admin.fetchval("SELECT count(*) FROM pg_stat_statements")
+            self.pg_stat_statements = None
+        except asyncpg.PostgresError as exc:
+            self.pg_stat_statements = str(exc).splitlines()[0]
+            if created:
+                await self.admin.execute("DROP EXTENSION IF EXISTS pg_stat_statements")
+
+    async def statement_counts(self) -> dict[str, Any]:
+        """Counters read before and after a run: transaction ids assigned so far (instant, exact,
+        server-wide) and, with ``settle``, this database's commits and statement calls."""
+        counts: dict[str, Any] = {
+            "at": time.monotonic(),
+            "xids": await self.admin.fetchval(
+                "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint"
+            ),
+        }
+        counts["commits"] = await self.admin.fetchval(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+        )
+        counts["calls"] = None
+        if self.pg_stat_statements is None:
+            counts["calls"] = await self.admin.fetchval(
+                "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements "
+                "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+                "AND query NOT LIKE '%pg\\_stat\\_%'"
+            )
+        return counts
+
+    async def settle(self) -> None:
+        """Waits until this database's statistics hold every finished run's statements.
+
+        The raw load's backends flush theirs as they exit; jobq's pooled backends stay open, so
+        their counts show only ``settle_seconds`` after their last statement.
+        """
+        for _ in range(500):  # at most 10 s: an exiting backend is gone in milliseconds
+            gone = not await self.admin.fetchval(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND application_name = $1",
+                RAW_APPLICATION_NAME,
+            )
+            if gone:
+                break
+            await asyncio.sleep(0.02)
+        wait = self.last_jobq_activity + self.options.settle_seconds - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
+
+    async def measure_background(self) -> None:
+        """Learns the commits and calls per second of the idle instances' background loops.
+
+        The promoter, the elections and the other loops commit on their own, also while a run's
+        statistics settle; :meth:`statement_deltas` subtracts this rate over each window.
+        """
+        if self.options.settle_seconds <= 0:
+            return
+        await self.settle()
+        first = await self.statement_counts()
+        await asyncio.sleep(BACKGROUND_SECONDS)
+        second = await self.statement_counts()
+        elapsed = second["at"] - first["at"]
+        self.background = {
+            "commits_per_s": (second["commits"] - first["commits"]) / elapsed,
+            "calls_per_s": (
+                (second["calls"] - first["calls"]) / elapsed if first["calls"] is not None else None
+            ),
+            "xids_per_s": (second["xids"] - first["xids"]) / elapsed,
+        }
+
+    def statement_deltas(
+        self, before: dict[str, Any], after: dict[str, Any], jobs: int, *, settled: bool
+    ) -> dict[str, float | None]:
+        """Per job: transaction ids, and (when settled) commits and calls less the background's."""
+        deltas: dict[str, float | None] = {"xids_per_job": (after["xids"] - before["xids"]) / jobs}
+        if settled:
+            window = after["at"] - before["at"]
+            commits = after["commits"] - before["commits"]
+            deltas["commits_per_job"] = (commits - window * self.background["commits_per_s"]) / jobs
+            if before["calls"] is not None and self.background["calls_per_s"] is not None:
+                calls = after["calls"] - before["calls"]
+                deltas["calls_per_job"] = (calls - window * self.background["calls_per_s"]) / jobs
+        return deltas
+
+    # -- table rows ----------------------------------------------------------------------------
+
+    def settles(self, round_index: int) -> bool:
+        """Whether this run reads commits and calls (each read waits for a settle)."""
+        return self.options.settle_seconds > 0 and round_index == 0
+
+    async def run_row(self, row: Row) -> dict[str, Any]:
+        """Runs ``row`` for jobq and raw SQL, interleaved, ``rounds`` times; answers medians."""
+        rounds: dict[Target, list[dict[str, Any]]] = {"jobq": [], "raw": []}
+        for round_index in range(self.options.rounds):
+            for target in ("jobq", "raw"):
+                context = f"{row.label}, {target}, round {round_index + 1}"
+                try:
+                    figures = await self.run_once(
+                        row, target, context, settled=self.settles(round_index)
+                    )
+                except LoadFailed as exc:
+                    self.fail(context, str(exc))
+                    continue
+                rounds[target].append(figures)
+                print(
+                    f"  {context:<48} {figures['jobs_per_s']:>10,.0f} jobs/s"
+                    f"  ({figures['wall_seconds']:.2f} s)",
+                    flush=True,
+                )
+        summary: dict[str, Any] = asdict(row)
+        for target in ("jobq", "raw"):
+            runs = rounds[target]
+            keys = (
+                "jobs_per_s",
+                "server_cpu_ms_per_request",
+                "client_cpu_share",
+                "xids_per_job",
+                "commits_per_job",
+                "calls_per_job",
+            )
+            summary[target] = {key: median([run.get(key) for run in runs]) for key in keys}
+            summary[target]["rounds"] = runs
+        jobq, raw = summary["jobq"]["jobs_per_s"], summary["raw"]["jobs_per_s"]
+        summary["ratio"] = jobq / raw if jobq and raw else None
+        return summary
+
+    async def run_once(
+        self, row: Row, target: Target, context: str, *, settled: bool
+    ) -> dict[str, Any]:
+        """One run of ``row`` against ``target``, verified; answers its figures."""
+        n = self.options.jobs
+        await self.truncate()
+        if row.kind == "drain":
+            await self.preload(target, n, context)
+        if settled:
+            await self.settle()
+        before = await self.statement_counts()
+        args: dict[str, Any] = {"queue": QUEUE}
+        if target == "jobq":
+            args |= {"bases": self.bases, "server_pids": self.server_pids}
+        else:
+            args |= {"dsn": self.dsn}
+        if row.kind == "enqueue":
+            args |= {"clients": row.clients, "jobs": n, "batch": row.batch}
+        else:
+            args |= {"workers": row.clients, "max_jobs": row.max_jobs, "wait_seconds": 0}
+        workload = row.kind if target == "jobq" else f"raw-{row.kind}"
+        result = await self.load(workload, args)
+        if settled:
+            await self.settle()
+        after = await self.statement_counts()
+
+        if row.kind == "enqueue":
+            await self.verify_enqueue(result, n, context)
+        else:
+            await self.verify_drain(result, n, context)
+
+        wall, jobs = result["wall_seconds"], result["jobs"]
+        figures: dict[str, Any] = {
+            "jobs": jobs,
+            "requests": result["requests"],
+            "wall_seconds": wall,
+            "jobs_per_s": jobs / wall if wall > 0 else None,
+            "client_cpu_seconds": result["client_cpu_seconds"],
+            "client_cpu_share": result["client_cpu_seconds"] / (wall * cores()) if wall else None,
+            "server_cpu_seconds": result["server_cpu_seconds"] if target == "jobq" else None,
+            "server_cpu_ms_per_request": (
+                1000 * result["server_cpu_seconds"] / result["requests"]
+                if target == "jobq" and result["requests"]
+                else None
+            ),
+            "error_count": result["error_count"],
+        }
+        if jobs:
+            figures |= self.statement_deltas(before, after, jobs, settled=settled)
+        return figures
+
+    async def preload(self, target: Target, n: int, context: str) -> None:
+        """Enqueues ``n`` jobs (untimed) in batches of 500 through the target's own batch enqueue."""
+        args: dict[str, Any] = {
+            "queue": QUEUE,
+            "clients": PRELOAD_CLIENTS,
+            "jobs": n,
+            "batch": PRELOAD_BATCH,
+        }
+        if target == "jobq":
+            result = await self.load("enqueue", args | {"bases": self.bases})
+        else:
+            result = await self.load("raw-enqueue", args | {"dsn": self.dsn})
+        await self.verify_enqueue(result, n, f"{context}, pre-load")
+
+    # -- checks --------------------------------------------------------------------------------
+
+    def check_errors(self, result: dict[str, Any], context: str) -> None:
+        """Fails when the load process saw errors (HTTP status, broken connection, SQL error)."""
+        if result["error_count"]:
+            shown = "; ".join(result["errors"][:5])
+            self.fail(context, f"{result['error_count']} errors in the load process: {shown}")
+
+    async def verify_enqueue(self, result: dict[str, Any], n: int, context: str) -> None:
+        """Every job was sent and answered once, and the table holds exactly those rows."""
+        self.check_errors(result, context)
+        rows = await self.admin.fetchval("SELECT count(*) FROM jobs")
+        if result["jobs"] != n:
+            self.fail(context, f"{result['jobs']} jobs sent, not {n}")
+        if result["created"] != result["jobs"] or result["created_unique"] != result["created"]:
+            self.fail(
+                context,
+                f"{result['jobs']} jobs sent, {result['created']} ids answered "
+                f"({result['created_unique']} distinct)",
+            )
+        if rows != result["jobs"]:
+            self.fail(context, f"{rows} rows in jobs after {result['jobs']} enqueued")
+
+    async def verify_drain(self, result: dict[str, Any], n: int, context: str) -> None:
+        """Every pre-loaded job completed exactly once by the load and succeeded in the table."""
+        self.check_errors(result, context)
+        completed: list[int] = result["completed_ids"]
+        distinct = set(completed)
+        stored = {row["id"] for row in await self.admin.fetch("SELECT id FROM jobs")}
+        state = await self.admin.fetchrow(
+            "SELECT count(*) AS total, "
+            "count(*) FILTER (WHERE status <> 'succeeded') AS unfinished, "
+            "count(*) FILTER (WHERE attempts <> 1) AS reclaimed FROM jobs"
+        )
+        if len(distinct) != len(completed):
+            self.fail(context, f"{len(completed) - len(distinct)} jobs completed more than once")
+        if missing := stored - distinct:
+            self.fail(
+                context, f"{len(missing)} pre-loaded jobs never completed, e.g. {min(missing)}"
+            )
+        if extra := distinct - stored:
+            self.fail(context, f"{len(extra)} completed ids were never pre-loaded")
+        if state["total"] != n:
+            self.fail(context, f"{state['total']} rows in jobs, {n} pre-loaded")
+        if state["unfinished"]:
+            self.fail(context, f"{state['unfinished']} jobs not succeeded after the drain")
+        if state["reclaimed"]:
+            self.fail(context, f"{state['reclaimed']} jobs claimed more than once (attempts > 1)")
+
+    # -- the other workloads -------------------------------------------------------------------
+
+    async def latency(self) -> dict[str, Any]:
+        """Enqueue response to claim response, with idle long-polling workers."""
+        await self.truncate()
+        context = "enqueue->claim latency"
+        args = {
+            "queue": "latency",
+            "bases": self.bases,
+            "jobs": self.options.latency_jobs,
+            "interval_seconds": LATENCY_INTERVAL_SECONDS,
+            "pollers": LATENCY_POLLERS,
+        }
+        try:
+            result = await self.load("latency", args)
+        except LoadFailed as exc:
+            self.fail(context, str(exc))
+            return {}
+        self.check_errors(result, context)
+        samples = result["latencies_ms"]
+        if len(samples) != self.options.latency_jobs:
+            self.fail(context, f"{len(samples)} of {self.options.latency_jobs} jobs timed")
+        return {
+            **latency_figures(samples),
+            "pollers": LATENCY_POLLERS,
+            "wait_seconds": 20,
+            "rate_per_s": 1 / LATENCY_INTERVAL_SECONDS,
+        }
+
+    async def history(self) -> dict[str, Any]:
+        """Claim latency on a small backlog, before and after a long history of finished jobs."""
+        await self.truncate()
+        figures: dict[str, Any] = {
+            "backlog": CLAIM_BACKLOG,
+            "history_rows": self.options.history_rows,
+        }
+        args = {"queue": "history", "bases": self.bases, "samples": self.options.claim_samples}
+        try:
+            empty = await self.load("claim-latency", args | {"preload": CLAIM_BACKLOG})
+            self.check_errors(empty, "claim latency, empty history")
+            started = time.perf_counter()
+            await self.admin.execute(HISTORY_INSERT, "history", self.options.history_rows)
+            await self.admin.execute("ANALYZE jobs")
+            figures["insert_seconds"] = time.perf_counter() - started
+            long = await self.load("claim-latency", args | {"preload": 0})
+            self.check_errors(long, "claim latency, long history")
+        except LoadFailed as exc:
+            self.fail("claim latency", str(exc))
+            return figures
+        figures["empty"] = latency_figures(empty["latencies_ms"])
+        figures["long"] = latency_figures(long["latencies_ms"])
+        for p in ("p50_ms", "p99_ms"):
+            a, b = figures["empty"][p], figures["long"][p]
+            figures[f"ratio_{p[:3]}"] = b / a if a and b else None
+        finished = await self.admin.fetchval("SELECT count(*) FROM jobs WHERE status = 'succeeded'")
+        if finished < self.options.history_rows:
+            self.fail(
+                "claim latency", f"{finished} finished rows, {self.options.history_rows} seeded"
+            )
+        return figures
+
+    async def backends(self) -> dict[str, int]:
+        """Client backends connected to this database, by application name (not this one)."""
+        return {row["name"]: row["n"] for row in await self.admin.fetch(BACKENDS)}
+
+    async def soak(self) -> dict[str, Any]:
+        """Mixed load for ``soak_seconds``: RSS of each instance and PostgreSQL backends in use."""
+        await self.truncate()
+        context = "soak"
+        rss_start = [tree_rss_bytes(pid) for pid in self.server_pids]
+        backends_start = await self.backends()
+        peak: dict[str, int] = {}
+        args = {
+            "queue": "soak",
+            "bases": self.bases,
+            "server_pids": self.server_pids,
+            "seconds": self.options.soak_seconds,
+            "producers": SOAK_PRODUCERS,
+            "workers": SOAK_WORKERS,
+            "max_jobs": 10,
+        }
+        task = asyncio.create_task(self.load("soak", args))
+        while not task.done():
+            await asyncio.wait({task}, timeout=1.0)
+            if not task.done():
+                now = await self.backends()
+                if sum(now.values()) > sum(peak.values()):
+                    peak = now
+        try:
+            result = task.result()
+        except LoadFailed as exc:
+            self.fail(context, str(exc))
+            return {}
+        rss_end = [tree_rss_bytes(pid) for pid in self.server_pids]
+        self.check_errors(result, context)
+        enqueued, completed = result["enqueued_ids"], result["completed_ids"]
+        stored = {row["id"] for row in await self.admin.fetch("SELECT id FROM jobs")}
+        unfinished = await self.admin.fetchval(
+            "SELECT count(*) FROM jobs WHERE status <> 'succeeded'"
+        )
+        if len(set(completed)) != len(completed):
+            self.fail(context, f"{len(completed) - len(set(completed))} jobs completed twice")
+        if set(completed) != set(enqueued) or stored != set(enqueued):
+            self.fail(
+                context,
+                f"{len(enqueued)} enqueued, {len(set(completed))} completed, {len(stored)} rows",
+            )
+        if unfinished:
+            self.fail(context, f"{unfinished} jobs not succeeded after the soak")
+        wall = result["wall_seconds"]
+        return {
+            "seconds": self.options.soak_seconds,
+            "producers": SOAK_PRODUCERS,
+            "workers": SOAK_WORKERS,
+            "enqueued": len(enqueued),
+            "completed": len(completed),
+            "jobs_per_s": len(completed) / wall if wall else None,
+            "server_cpu_ms_per_request": (
+                1000 * result["server_cpu_seconds"] / result["requests"]
+                if result["requests"]
+                else None
+            ),
+            "rss_start_bytes": rss_start,
+            "rss_end_bytes": rss_end,
+            "rss_growth_percent": [
+                100 * (end - start) / start if start else None
+                for start, end in zip(rss_start, rss_end, strict=True)
+            ],
+            "backends_before": backends_start,
+            "backends_peak": peak,
+            "backends_after": await self.backends(),
+        }
