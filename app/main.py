@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
 from app.api import jobs, metrics, ops, workers
+from app.api.fastpath import JobqAPI
 from app.api.limits import BodyLimit
 from app.api.state import AppState, Runtime, app_state
 from app.db import async_url, create_driver_pool, create_engine
@@ -173,7 +174,8 @@ def _announce_nothing(queue: str, count: int) -> None:
 
 def create_app(settings: Settings) -> FastAPI:
     """Builds the app for these settings; nothing is connected until the lifespan starts."""
-    app = FastAPI(title="jobq", version="0.1.0", description=API_DESCRIPTION, lifespan=lifespan)
+    app = JobqAPI(title="jobq", version="0.1.0", description=API_DESCRIPTION, lifespan=lifespan)
+    app.max_body_size = settings.max_body_bytes
     state = AppState(settings=settings)
     app.state.jobq = state
     install_error_handlers(app)

@@ -76,44 +76,50 @@ def _errors(error: ValidationError, *loc: str) -> RequestValidationError:
     )
 
 
+def lean_handler(route: StrictJSONRoute) -> Handler | None:
+    """The lean handler of a route, or ``None`` when its endpoint takes other parameters."""
+    plan = _plan(route.endpoint)
+    if plan is None:
+        return None
+    # FastAPI's own handler (strict JSON) answers what the lean one does not deal with.
+    fallback = StrictJSONRoute.get_route_handler(route)
+    endpoint = route.endpoint
+
+    async def handler(request: Request) -> Response:
+        if not is_json(request.headers.get("content-type")):
+            return await fallback(request)  # FastAPI says what is wrong with the body
+        raw = await request.body()
+        if not raw:
+            raise RequestValidationError(
+                [{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}]
+            )
+        state = app_state(request.app)
+        arguments: dict[str, Any] = {}
+        for parameter in plan:
+            if parameter.kind == "body":
+                data = parse_strict_json(raw, max_depth=state.settings.max_json_depth)
+                try:
+                    arguments[parameter.name] = parameter.adapter.validate_python(data)  # type: ignore[union-attr]
+                except ValidationError as error:
+                    raise _errors(error, "body") from None
+            elif parameter.kind == "service":
+                arguments[parameter.name] = state.running().service
+            elif parameter.kind == "request":
+                arguments[parameter.name] = request
+            else:
+                value = request.headers.get(parameter.header or "", parameter.default)
+                try:
+                    arguments[parameter.name] = parameter.adapter.validate_python(value)  # type: ignore[union-attr]
+                except ValidationError as error:
+                    raise _errors(error, "header", parameter.header or "") from None
+        response: Response = await endpoint(**arguments)
+        return response
+
+    return handler
+
+
 class LeanRoute(StrictJSONRoute):
     """A route whose endpoint takes one request model, headers, the service and the request."""
 
     def get_route_handler(self) -> Handler:
-        fallback = super().get_route_handler()
-        plan = _plan(self.endpoint)
-        if plan is None:
-            return fallback
-        endpoint = self.endpoint
-
-        async def lean_handler(request: Request) -> Response:
-            if not is_json(request.headers.get("content-type")):
-                return await fallback(request)  # FastAPI says what is wrong with the body
-            raw = await request.body()
-            if not raw:
-                raise RequestValidationError(
-                    [{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}]
-                )
-            state = app_state(request.app)
-            arguments: dict[str, Any] = {}
-            for parameter in plan:
-                if parameter.kind == "body":
-                    data = parse_strict_json(raw, max_depth=state.settings.max_json_depth)
-                    try:
-                        arguments[parameter.name] = parameter.adapter.validate_python(data)  # type: ignore[union-attr]
-                    except ValidationError as error:
-                        raise _errors(error, "body") from None
-                elif parameter.kind == "service":
-                    arguments[parameter.name] = state.running().service
-                elif parameter.kind == "request":
-                    arguments[parameter.name] = request
-                else:
-                    value = request.headers.get(parameter.header or "", parameter.default)
-                    try:
-                        arguments[parameter.name] = parameter.adapter.validate_python(value)  # type: ignore[union-attr]
-                    except ValidationError as error:
-                        raise _errors(error, "header", parameter.header or "") from None
-            response: Response = await endpoint(**arguments)
-            return response
-
-        return lean_handler
+        return lean_handler(self) or super().get_route_handler()

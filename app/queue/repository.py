@@ -317,10 +317,6 @@ class Repository:
         )
         return bool(result.scalar_one())
 
-    async def maintenance_ping(self, conn: AsyncConnection) -> None:
-        """Fails if the leader's lock connection is gone."""
-        await conn.execute(statement("maintenance_ping").clause)
-
     async def health_ping(self, conn: Driver) -> None:
         """Fails if the database does not answer."""
         await _fetch(conn, "health_ping", {})

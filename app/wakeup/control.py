@@ -6,6 +6,11 @@ the service wakes its own waiters in-process right after commit and hands the qu
 :meth:`ControlChannel.announce`, which sends one ``pg_notify`` per queue per short window from
 this connection, in a transaction that writes no WAL. Other instances LISTEN here and wake their
 waiters; our own notifications are recognised by the instance id and ignored.
+
+A notification takes a transaction id and a round trip, so an instance that knows of no other
+sends none. Instances say hello on the channel when they connect, answer a newcomer's hello at
+once, and repeat it as their keep-alive every few seconds; one that has been silent for three
+of those is taken to be gone.
 """
 
 from __future__ import annotations
@@ -32,6 +37,9 @@ COALESCE_WINDOW_SECONDS_DEFAULT: float = setting_default("notify_coalesce_second
 RECONNECT_MIN_SECONDS = 0.1
 RECONNECT_MAX_SECONDS = 5.0
 PING_INTERVAL_SECONDS = 5.0
+# A peer not heard from for this long is gone (it says hello every PING_INTERVAL_SECONDS).
+PEER_SILENCE_SECONDS = 3 * PING_INTERVAL_SECONDS
+HELLO = 0  # the count of a hello: no jobs, just "I am here"
 STOP_FLUSH_WAIT_SECONDS = 1.0
 
 
@@ -75,6 +83,8 @@ class ControlChannel:
         self._pending: dict[str, int] = {}
         self._flush_task: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None
+        self._peers: dict[str, float] = {}  # other instances' ids -> when last heard
+        self._replies: set[asyncio.Task[None]] = set()
 
     @property
     def connected(self) -> bool:
@@ -120,6 +130,8 @@ class ControlChannel:
         if count <= 0:
             return
         self.hub.notify(queue, count)
+        if not self.peers:
+            return  # nobody else listens: no notification, no transaction
         self._pending[queue] = self._pending.get(queue, 0) + count
         if self._flush_task is None or self._flush_task.done():
             # Leading edge: the first announcement goes out at once; those that arrive while it
@@ -174,13 +186,29 @@ class ControlChannel:
 
     # -- the connection ----------------------------------------------------------------------
 
+    @property
+    def peers(self) -> list[str]:
+        """The other instances heard from lately."""
+        now = asyncio.get_running_loop().time()
+        return [p for p, seen in self._peers.items() if now - seen < PEER_SILENCE_SECONDS]
+
     def _on_notification(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
         decoded = decode_payload(payload)
         if decoded is None:
             return
         sender, count, queue = decoded
-        if sender != self.instance:
-            self.hub.notify(queue, count)
+        if sender == self.instance:
+            return
+        newcomer = sender not in self.peers
+        self._peers[sender] = asyncio.get_running_loop().time()
+        if count == HELLO:
+            if newcomer:
+                # Answer at once, so the newcomer knows of us before its next keep-alive.
+                reply = asyncio.get_running_loop().create_task(self._hello(), name="jobq-hello")
+                self._replies.add(reply)
+                reply.add_done_callback(self._replies.discard)
+            return
+        self.hub.notify(queue, count)
 
     def _on_termination(self, _conn: Any) -> None:
         self._lost.set()
@@ -205,12 +233,17 @@ class ControlChannel:
             with contextlib.suppress(DBAPIError, OSError):
                 await conn.close()
 
-    async def _ping(self) -> None:
+    async def _hello(self) -> None:
+        """Says hello on the channel; doubles as the keep-alive of the connection."""
         async with self._io:
-            if self._conn is None:
+            if self._driver is None:
                 return
             try:
-                await self.repo.maintenance_ping(self._conn)
+                await self.repo.wakeup_notify(
+                    self._driver,
+                    channel=CHANNEL,
+                    payloads=[encode_payload(self.instance, "", HELLO)],
+                )
             except Exception as exc:  # noqa: BLE001 - any failure: reconnect, never die
                 logger.warning("control connection lost: %s", brief(exc))
                 self._lost.set()
@@ -232,6 +265,7 @@ class ControlChannel:
             delay = RECONNECT_MIN_SECONDS
             self._lost.clear()
             self._connected.set()
+            await self._hello()  # other instances learn of us, and answer so we learn of them
             if not first:
                 # Notifications may have been missed while we were away: nobody sleeps through.
                 logger.info("control connection restored; waking every waiter")
@@ -242,7 +276,7 @@ class ControlChannel:
                     async with asyncio.timeout(PING_INTERVAL_SECONDS):
                         await self._lost.wait()
                 if not self._lost.is_set():
-                    await self._ping()
+                    await self._hello()
             async with self._io:
                 await self._close()
             self.hub.notify_all()

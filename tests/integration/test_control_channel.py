@@ -24,6 +24,9 @@ async def test_wake_ups_queued_when_stop_cuts_the_flush_are_still_sent(database_
     control.start()
     try:
         assert await control.wait_connected(5)
+        # Another instance says hello: only then does this one send wake-ups at all.
+        await listener.execute("SELECT pg_notify($1, 'other-instance 0 ')", CHANNEL)
+        await poll_until(lambda: bool(control.peers), within=5, what="the peer to be heard")
         # Another statement holds the one connection, so the flush waits for it...
         await control._io.acquire()
         control.announce("emails", 3)
@@ -40,4 +43,36 @@ async def test_wake_ups_queued_when_stop_cuts_the_flush_are_still_sent(database_
         await listener.close()
         await engine.dispose()
     decoded = [decode_payload(p) for p in heard]
-    assert [(d[1], d[2]) for d in decoded if d] == [(3, "emails")]
+    wake_ups = [(d[1], d[2]) for d in decoded if d and d[0] == control.instance and d[1]]
+    assert wake_ups == [(3, "emails")]
+
+
+async def test_an_instance_alone_sends_no_wake_ups_and_learns_of_a_newcomer_at_once(
+    database_url: str,
+) -> None:
+    heard: list[str] = []
+    listener = await asyncpg.connect(database_url.replace("+asyncpg", ""))
+    await listener.add_listener(CHANNEL, lambda *args: heard.append(args[-1]))
+    engine = create_async_engine(async_url(database_url), poolclass=NullPool)
+    alone = ControlChannel(engine=engine, repository=repository(), hub=WaiterHub())
+    other = ControlChannel(engine=engine, repository=repository(), hub=WaiterHub())
+    alone.start()
+    try:
+        assert await alone.wait_connected(5)
+        alone.announce("q", 1)
+        # Only its own hello goes out; the wake-up stays local (a raw LISTENer is no instance).
+        await poll_until(lambda: bool(heard), within=5, what="the hello")
+        assert all(decode_payload(p) == (alone.instance, 0, "") for p in heard)
+        other.start()
+        assert await other.wait_connected(5)
+        await poll_until(lambda: other.instance in alone.peers, within=5, what="the newcomer")
+        await poll_until(lambda: alone.instance in other.peers, within=5, what="the reply")
+        heard.clear()
+        alone.announce("q", 2)
+        await poll_until(lambda: bool(heard), within=5, what="the wake-up")
+        assert decode_payload(heard[0]) == (alone.instance, 2, "q")
+    finally:
+        await other.stop()
+        await alone.stop()
+        await listener.close()
+        await engine.dispose()

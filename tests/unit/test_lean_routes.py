@@ -28,3 +28,13 @@ def test_the_hot_routes_get_a_lean_handler_and_the_others_fastapis() -> None:
     }
     assert {key for key, lean in planned.items() if lean} == HOT
     assert any(not lean for lean in planned.values())  # e.g. GET /v1/jobs/{job_id}
+
+
+def test_the_fast_path_serves_exactly_the_hot_routes() -> None:
+    from app.api.fastpath import _FastPath
+    from app.main import create_app
+
+    app = create_app(Settings(database_url="postgresql://unused/unused"))
+    stack = app.build_middleware_stack()
+    assert isinstance(stack, _FastPath)
+    assert set(stack.routes) == HOT

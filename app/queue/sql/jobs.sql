@@ -491,10 +491,6 @@ ORDER BY worker_id;
 -- Tries to take the session-level advisory lock that elects the maintenance leader.
 SELECT pg_try_advisory_lock(:lock_key) AS acquired;
 
--- name: maintenance_ping
--- Confirms the leader's lock connection is still alive.
-SELECT 1 AS alive;
-
 -- name: health_ping
 -- Confirms the database answers.
 SELECT 1 AS alive;
