@@ -21,18 +21,8 @@ from app.api.state import app_state
 from app.maintenance.reaper import Reaper, ReaperConfig
 from app.queue.queries import statement
 from tests.api.helpers import claim, enqueue, get_job, lease, lease_call
+from tests.locks import someone_waits_on_a_lock
 from tests.polling import poll_until
-
-
-async def _blocked_on_a_row_lock(engine: AsyncEngine) -> bool:
-    async with engine.connect() as conn:
-        waiting = await conn.execute(
-            text(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND wait_event_type = 'Lock'"
-            )
-        )
-        return bool(waiting.scalar_one())
 
 
 async def _behind(
@@ -43,7 +33,7 @@ async def _behind(
         transaction = await conn.begin()
         await conn.execute(statement(name).clause, params)
         waiting = asyncio.ensure_future(call)
-        await poll_until(lambda: _blocked_on_a_row_lock(engine), what="the call to wait")
+        await poll_until(lambda: someone_waits_on_a_lock(engine), what="the call to wait")
         await transaction.commit()
     return await asyncio.wait_for(waiting, 10)
 

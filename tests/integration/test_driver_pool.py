@@ -11,18 +11,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.queue.service import JobService
 from tests.integration.helpers import seed_jobs
+from tests.locks import someone_waits_on_a_lock
 from tests.polling import poll_until
-
-
-async def _waiting_on_a_lock(engine: AsyncEngine) -> bool:
-    async with engine.connect() as conn:
-        waiting = await conn.execute(
-            text(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND wait_event_type = 'Lock'"
-            )
-        )
-        return bool(waiting.scalar_one())
 
 
 async def test_a_cancelled_statement_leaves_the_pool_healthy(
@@ -35,7 +25,7 @@ async def test_a_cancelled_statement_leaves_the_pool_healthy(
         transaction = await holder.begin()
         await holder.execute(text("SELECT 1 FROM jobs WHERE id = :id FOR UPDATE"), {"id": job_id})
         blocked = asyncio.ensure_future(svc.complete(worker_id="w", items=[item]))
-        await poll_until(lambda: _waiting_on_a_lock(clean_db), what="the complete to wait")
+        await poll_until(lambda: someone_waits_on_a_lock(clean_db), what="the complete to wait")
         blocked.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await blocked
