@@ -34,7 +34,7 @@ def _server_output_kept_aside(verbose: bool) -> Iterator[None]:
             # "XDG_RUNTIME_DIR is not set": harmless, pgserver falls back to /tmp.
             warnings.filterwarnings("ignore", module="platformdirs")
             yield
-    except BaseException:
+    except Exception:  # shown, then raised on: the output is what explains the failure
         logger.error("the embedded PostgreSQL did not start; its output follows")
         console = logging.StreamHandler(sys.stderr)
         console.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))

@@ -178,6 +178,7 @@ class LoopRunner:
         while True:
             try:
                 leader = await self.lead()
+            # A supervisor: no error may end the election (it is logged with its traceback).
             except Exception as exc:
                 logger.error("leader election failed: %s", brief(exc), exc_info=exc)
                 leader = False
@@ -204,6 +205,7 @@ class LoopRunner:
                 progressed()
             try:
                 moved = await drain(loop, on_batch=progressed)
+            # A supervisor: a pool timeout or a bug must not end the loop; log, back off, go on.
             except Exception as exc:
                 health.failures += 1
                 health.last_error = brief(exc)

@@ -51,6 +51,11 @@ class Coalescer(Generic[ItemT, ResultT]):
         self.statements = 0  # flushes run, for the metrics and the tests
 
     @property
+    def waiting(self) -> int:
+        """Requests waiting for a statement to carry them."""
+        return len(self._waiting)
+
+    @property
     def idle(self) -> bool:
         """Whether nothing waits and nothing runs."""
         return not self._waiting and not self._in_flight

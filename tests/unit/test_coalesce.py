@@ -42,8 +42,8 @@ async def test_requests_arriving_during_a_statement_share_the_next_one() -> None
     first = asyncio.ensure_future(coalescer.submit([1]))
     await poll_until(lambda: len(run.calls) == 1, what="the first statement")
     later = [asyncio.ensure_future(coalescer.submit([n, n + 1])) for n in (10, 20, 30)]
-    await asyncio.sleep(0)  # they queue; nothing new runs while the first is in flight
-    assert len(run.calls) == 1
+    await poll_until(lambda: coalescer.waiting == 3, what="the requests to queue")
+    assert len(run.calls) == 1  # nothing new runs while the first is in flight
     run.gate.set()
     assert await first == [10]
     assert [await t for t in later] == [[100, 110], [200, 210], [300, 310]]
@@ -76,7 +76,7 @@ async def test_a_request_cancelled_before_its_statement_is_withdrawn() -> None:
     await poll_until(lambda: len(run.calls) == 1, what="the first statement")
     gone = asyncio.ensure_future(coalescer.submit([5]))
     kept = asyncio.ensure_future(coalescer.submit([6]))
-    await asyncio.sleep(0)
+    await poll_until(lambda: coalescer.waiting == 2, what="both to queue")
     gone.cancel()
     run.gate.set()
     await blocker
@@ -91,7 +91,7 @@ async def test_a_backlog_larger_than_one_statement_goes_out_in_several() -> None
     blocker = asyncio.ensure_future(coalescer.submit([0]))
     await poll_until(lambda: len(run.calls) == 1, what="the first statement")
     waiting = [asyncio.ensure_future(coalescer.submit([n, n])) for n in range(1, 5)]
-    await asyncio.sleep(0)
+    await poll_until(lambda: coalescer.waiting == 4, what="the backlog to queue")
     run.gate.set()
     await blocker
     assert [await t for t in waiting] == [[10, 10], [20, 20], [30, 30], [40, 40]]
