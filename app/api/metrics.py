@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from app.api.state import AppState
@@ -22,7 +22,7 @@ class RuntimeCollector(Collector):
     def __init__(self, state: AppState) -> None:
         self.state = state
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         runtime = self.state.runtime
         if runtime is None:
             return
@@ -48,6 +48,14 @@ class RuntimeCollector(Collector):
             stalled.add_metric([name], int(name in stalled_now))
         yield failures
         yield stalled
+        statements = CounterMetricFamily(
+            "jobq_statements",
+            "Hot-path statements run, per kind; with coalescing, fewer than requests.",
+            labels=["kind"],
+        )
+        for kind, count in sorted(runtime.service.statements.items()):
+            statements.add_metric([kind], count)
+        yield statements
 
 
 def build_router(state: AppState) -> APIRouter:

@@ -14,11 +14,10 @@ from typing import Any
 import orjson
 from fastapi import Response
 
-from app.api.schemas import Job, LeaseResult
+from app.api.schemas import Job
 from app.queue.types import LeaseOutcome
 
 JOB_FIELDS: tuple[str, ...] = tuple(Job.model_fields)
-LEASE_RESULT_FIELDS: tuple[str, ...] = tuple(LeaseResult.model_fields)
 _OPTIONS = orjson.OPT_UTC_Z
 
 

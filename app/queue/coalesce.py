@@ -48,7 +48,6 @@ class Coalescer(Generic[ItemT, ResultT]):
         self._waiting: list[_Submission[ItemT, ResultT]] = []
         self._in_flight = 0
         self._tasks: set[asyncio.Task[None]] = set()
-        self.statements = 0  # flushes run, for the metrics and the tests
 
     @property
     def waiting(self) -> int:
@@ -101,7 +100,6 @@ class Coalescer(Generic[ItemT, ResultT]):
 
     async def _answer(self, batch: list[_Submission[ItemT, ResultT]]) -> None:
         items = [item for submission in batch for item in submission.items]
-        self.statements += 1
         try:
             results = await self._flush(items)
         except asyncio.CancelledError:
@@ -116,7 +114,6 @@ class Coalescer(Generic[ItemT, ResultT]):
             # One request's item may have failed them all: each request on its own, so only
             # that request sees the error.
             for submission in batch:
-                self.statements += 1
                 try:
                     _settle(submission, await self._flush(submission.items))
                 except Exception as own:  # noqa: BLE001 - this request's own error

@@ -35,10 +35,10 @@ class NamedStatement:
 
     def arguments(self, params: dict[str, Any]) -> list[Any]:
         """The values of ``params`` in the order of the statement's positional parameters."""
-        missing = [name for name in self.positional[1] if name not in params]
-        if missing:
-            raise KeyError(f"statement {self.name!r} needs {missing}")
-        return [params[name] for name in self.positional[1]]
+        try:
+            return [params[name] for name in self.positional[1]]
+        except KeyError as missing:
+            raise KeyError(f"statement {self.name!r} needs {missing}") from None
 
 
 @cache

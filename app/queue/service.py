@@ -114,6 +114,8 @@ class JobService:
         self.announce: Announce = announce or self.hub.notify
         # Concurrent requests of one kind share statements (app/queue/coalesce.py); None: off.
         self.coalescing = coalescing
+        # Hot statements run, per kind (enqueue, claim, lease_complete ...), for /metrics.
+        self.statements: Counter[str] = Counter()
         self._leases: dict[LeaseTransition, Coalescer[LeaseItem, LeaseOutcome]] = {}
         self._claims: dict[tuple[str, ...], Coalescer[tuple[str, int | None], JobRow | None]] = {}
         self._enqueues: Coalescer[dict[str, Any], tuple[JobRow, bool] | Exception] | None = None
@@ -132,13 +134,6 @@ class JobService:
             max_in_flight=self.coalescing.max_in_flight,
             max_items=self.coalescing.max_items,
         )
-
-    def statements_coalesced(self) -> dict[str, int]:
-        """Statements run per kind of coalesced request, since start (for /metrics)."""
-        counts = {f"lease_{t.value}": c.statements for t, c in self._leases.items()}
-        if self._enqueues is not None:
-            counts["enqueue"] = self._enqueues.statements
-        return counts
 
     async def _run(
         self, work: Callable[[AsyncConnection], Awaitable[T]], *, transaction: bool = False
@@ -247,12 +242,16 @@ class JobService:
                 )
             else:
                 answered.append((found, False))
+        self.statements["enqueue"] += 1
+        return answered
+
+    def _announce_created(self, answered: Sequence[tuple[JobRow, bool] | Exception]) -> None:
+        """Wakes waiters for the due jobs a committed enqueue created."""
         self._announce_counts(
             a[0]["queue"]
             for a in answered
             if isinstance(a, tuple) and a[1] and a[0]["status"] == JobStatus.PENDING
         )
-        return answered
 
     async def _enqueue_singles(
         self, items: Sequence[dict[str, Any]]
@@ -262,7 +261,9 @@ class JobService:
         async def work(conn: Driver) -> list[tuple[JobRow, bool] | Exception]:
             return await self._enqueue_statement(conn, items, lambda _: "idempotency_key")
 
-        return await self._run_hot(work)
+        answered = await self._run_hot(work)
+        self._announce_created(answered)  # after the commit: a woken claim must see the jobs
+        return answered
 
     async def enqueue(
         self, new_jobs: Sequence[NewJob], *, key_field: Callable[[int], str]
@@ -286,14 +287,12 @@ class JobService:
             outcome = await self._enqueue_batch(items, key_field)
             if isinstance(outcome, _Retry):
                 continue
-            if isinstance(outcome, Exception):
-                raise outcome
             return outcome
         raise InvalidTransition("the idempotency key's job kept being deleted; retry")
 
     async def _enqueue_batch(
         self, items: Sequence[dict[str, Any]], key_field: Callable[[int], str]
-    ) -> list[tuple[JobRow, bool]] | Exception:
+    ) -> list[tuple[JobRow, bool]] | _Retry:
         any_keys = any(item["idempotency_key"] is not None for item in items)
 
         async def work(conn: Driver) -> list[tuple[JobRow, bool]]:
@@ -305,9 +304,11 @@ class JobService:
 
         try:
             # Keys need the lookup in the same transaction: a reused key rolls the batch back.
-            return await self._run_hot(work, transaction=any_keys)
+            answered = await self._run_hot(work, transaction=any_keys)
         except _Retry as retry:
             return retry
+        self._announce_created(answered)  # after the commit: a woken claim must see the jobs
+        return answered
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -425,6 +426,7 @@ class JobService:
         async def work(conn: Driver) -> list[JobRow | None]:
             return await self.repo.job_claim(conn, queues=queues, slots=slots)
 
+        self.statements["claim"] += 1
         return await self._run_hot(work)
 
     async def _claim_once(
@@ -569,6 +571,7 @@ class JobService:
             judged = dict(zip(missed, verdicts, strict=True))
             return [taken[i] if i in taken else judged[i] for i in range(len(items))]
 
+        self.statements[f"lease_{transition.value}"] += 1
         outcomes = await self._run_hot(work)
         self._announce_counts(o.queue for o in outcomes if o.claimable_now and o.queue)
         return outcomes

@@ -315,3 +315,20 @@ async def test_jobs_claimed_as_the_client_leaves_are_given_back(
         service.repo.job_claim = real_claim
         [got] = await claim(client, worker="alive", queues=["lp"])
         assert got["id"] == job["id"] and got["attempt"] == 1
+
+
+async def test_a_batch_with_keys_wakes_a_parked_claim_only_after_it_committed(
+    database_url: str, clean_db: AsyncEngine
+) -> None:
+    # A batch with idempotency keys is one transaction; a waiter woken before its COMMIT would
+    # claim nothing and sleep until the (slow) backstop. Woken after it, it gets a job at once.
+    async with running_app(database_url) as client:
+        for round_ in range(5):
+            queue = f"keyed{round_}"  # leftovers of a round must not answer the next one
+            waiting = asyncio.create_task(claim(client, queues=[queue], wait_seconds=15))
+            await poll_until(parked(client), within=5)
+            jobs = [{"queue": queue, "type": "t", "idempotency_key": f"k{n}"} for n in range(3)]
+            r = await client.post("/v1/jobs/batch", json={"jobs": jobs})
+            assert r.status_code == 201, r.text
+            got = await asyncio.wait_for(waiting, 5)
+            assert len(got) == 1

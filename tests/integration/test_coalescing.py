@@ -57,9 +57,9 @@ async def test_coalesced_completes_check_ownership_item_by_item(
             items.append({"job_id": other["id"], "lease_id": str(other["lease_id"])})
         return await svc.complete(worker_id=f"w{n}", items=items)
 
-    before = svc.statements_coalesced()["lease_complete"]
+    before = svc.statements["lease_complete"]
     results = await asyncio.gather(*(complete(n, rows) for n, rows in enumerate(claims)))
-    used = svc.statements_coalesced()["lease_complete"] - before
+    used = svc.statements["lease_complete"] - before
     for n, outcomes in enumerate(results):
         assert [o.ok for o in outcomes[:2]] == [True, True]
         if n % 2:
