@@ -5,6 +5,7 @@
     python -m bench --dsn postgresql://postgres@127.0.0.1:5432/postgres   # another server
     python -m bench --instances 2           # two `jobq serve` instances (scale-out)
     python -m bench --json bench.json       # also write every figure as JSON
+    python -m bench --peers                 # also PGQueuer in process (pip install -e '.[bench]')
 
 It creates a fresh database (on the embedded PostgreSQL, or on ``--dsn``'s server, and drops it
 afterwards), migrates it, starts ``--instances`` real `jobq serve` processes on free ports and
@@ -15,9 +16,11 @@ baseline), which reports its own CPU and that of the servers for each run.
 The table compares, per workload, jobq's jobs/s with the same work done by raw SQL on the same
 database in the same run (median over ``--rounds``), with the servers' CPU per request, the load
 process's share of the machine and commits (and statement calls, when ``pg_stat_statements`` is
-loaded) per job. Then: enqueue-to-claim latency with idle long-pollers, claim latency on an empty
-and on a long history (1,000,000 finished rows) with their ratio, and a soak with each instance's
-RSS growth and PostgreSQL's backends. Every run is verified against the database; a failed check
+loaded) per job. With ``--peers`` each row also runs through PGQueuer in the load process, on a
+database of its own on the same server, and the table adds its jobs/s and jobq ÷ PGQueuer.
+Then: enqueue-to-claim latency with idle long-pollers, claim latency on an empty and on a long
+history (1,000,000 finished rows) with their ratio, and a soak with each instance's RSS growth
+and PostgreSQL's backends. Every run is verified against the database; a failed check
 is printed and the command exits 1. Speed is reported, never asserted.
 """
 
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.metadata
 import os
 import platform
 import sys
@@ -92,7 +96,24 @@ def parser() -> argparse.ArgumentParser:
         f"{STATS_SETTLE_SECONDS:g}; smoke 0: commits are not read)",
     )
     p.add_argument("--json", type=Path, help="also write every figure to this JSON file")
+    p.add_argument(
+        "--peers",
+        action="store_true",
+        help="also run every table row through PGQueuer in process (pip install -e '.[bench]')",
+    )
     return p
+
+
+def pgqueuer_version() -> str:
+    """PGQueuer's version, or exits saying how to install it (``--peers`` needs it)."""
+    try:
+        import pgqueuer  # noqa: F401
+    except ImportError as exc:
+        raise SystemExit(
+            f"--peers runs PGQueuer, which is not importable here ({exc}); "
+            "install it with: pip install -e '.[bench]'"
+        ) from None
+    return importlib.metadata.version("pgqueuer")
 
 
 def options_from(args: argparse.Namespace) -> Options:
@@ -110,6 +131,7 @@ def options_from(args: argparse.Namespace) -> Options:
             else (0.0 if args.smoke else STATS_SETTLE_SECONDS)
         ),
         smoke=args.smoke,
+        peers=args.peers,
     )
 
 
@@ -158,6 +180,12 @@ def print_settings(settings: dict[str, Any]) -> None:
     )
     pgss = settings["pg_stat_statements"]
     print(f"  pg_stat_statements: {'available' if pgss is None else f'unavailable ({pgss})'}")
+    peers = settings["peers"]
+    if peers:
+        print(
+            f"  peers: PGQueuer {peers['pgqueuer']} in the load process, database "
+            f"{peers['database']} on the same server (durability {peers['durability']})"
+        )
     print(flush=True)
 
 
@@ -165,7 +193,8 @@ def print_results(document: dict[str, Any]) -> None:
     """The table, then latency, history and soak lines, the notes and the verdict."""
     print()
     pgss = document["settings"]["pg_stat_statements"]
-    print(report.table(document["rows"], with_calls=pgss is None))
+    peers = document["settings"]["peers"]
+    print(report.table(document["rows"], with_calls=pgss is None, with_peers=bool(peers)))
     latency = document["latency"]
     if latency:
         print()
@@ -253,6 +282,18 @@ def print_results(document: dict[str, Any]) -> None:
         f"take one){xids_background}.\n"
         f"  - calls/job: {calls_note}."
     )
+    if peers:
+        print(
+            f"  - PGQueuer {peers['pgqueuer']}: in the load process (no HTTP, no service), one "
+            "asyncpg connection (AsyncpgDriver) per client, its own database on the same server, "
+            "its tables truncated before each run, interleaved with the jobq and raw runs. "
+            "Enqueue: Queries.enqueue, one job per call or lists of 500. Drain: one QueueManager "
+            "per worker in drain mode, batch_size = max_jobs, PGQueuer's defaults otherwise: it "
+            "dequeues again without waiting for the batch's handlers (no max_concurrent_tasks) "
+            "and acknowledges in a buffer (finished jobs moved to its log in one statement per "
+            "batch_size jobs or 0.1 s), flushed before the timed section ends. The jobq servers "
+            "stay up during its runs. Its client CPU, xids and statements per job are in --json."
+        )
     failures = document["verification"]["failures"]
     if failures:
         print(f"\nVERIFICATION FAILED: {len(failures)} check(s)")
@@ -274,9 +315,14 @@ async def run(url: str, server: str, args: argparse.Namespace, started: float) -
     servers: list[JobqProcess] = []
     try:
         async with contextlib.AsyncExitStack() as stack:
+            peer = None
+            if options.peers:
+                from bench import peers
+
+                peer = await stack.enter_async_context(peers.peer(dsn))
             for _ in range(args.instances):
                 servers.append(await stack.enter_async_context(jobq_process(url)))
-            suite = Suite(dsn=dsn, servers=servers, admin=admin, options=options)
+            suite = Suite(dsn=dsn, servers=servers, admin=admin, options=options, peer=peer)
             await suite.check_pg_stat_statements()
             await suite.measure_background()
             settings = {
@@ -289,6 +335,7 @@ async def run(url: str, server: str, args: argparse.Namespace, started: float) -
                 "instances": args.instances,
                 "pools": pools(url),
                 "pg_stat_statements": suite.pg_stat_statements,
+                "peers": peer.describe() if peer is not None else None,
                 "background": suite.background,
                 "options": asdict(options),
             }
@@ -337,6 +384,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.instances < 1:
         raise SystemExit("--instances must be at least 1")
+    if args.peers:
+        pgqueuer_version()
     started = time.monotonic()
     if args.dsn:
         server = "--dsn server"

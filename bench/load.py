@@ -5,10 +5,12 @@
 ``python -m bench`` starts this as a subprocess for every run, so the load is generated neither
 by the orchestrator nor by the server. Workloads: ``enqueue``, ``drain``, ``latency``,
 ``claim-latency`` and ``soak`` over HTTP (``bench/workloads.py``); ``raw-enqueue`` and
-``raw-drain`` over asyncpg (``bench/baseline.py``). The answer, one JSON object on stdout, holds
-the workload's own figures plus, over its timed section, the wall seconds, this process's CPU
-seconds and the CPU seconds of the server processes named in ``server_pids`` (Linux ``/proc``).
-It imports neither the service nor SQLAlchemy, so it starts fast and stays lean.
+``raw-drain`` over asyncpg (``bench/baseline.py``); ``pgqueuer-enqueue`` and ``pgqueuer-drain``
+through PGQueuer in this process (``bench/peers.py``, for ``python -m bench --peers``). The
+answer, one JSON object on stdout, holds the workload's own figures plus, over its timed section,
+the wall seconds, this process's CPU seconds and the CPU seconds of the server processes named in
+``server_pids`` (Linux ``/proc``). It imports neither the service nor SQLAlchemy, so it starts
+fast and stays lean.
 """
 
 from __future__ import annotations
@@ -87,7 +89,23 @@ def workloads() -> dict[str, Workload]:
         "soak": workloads.soak,
         "raw-enqueue": baseline.enqueue,
         "raw-drain": baseline.drain,
+        "pgqueuer-enqueue": pgqueuer_enqueue,
+        "pgqueuer-drain": pgqueuer_drain,
     }
+
+
+async def pgqueuer_enqueue(args: dict[str, Any], meter: Meter, errors: Errors) -> dict[str, Any]:
+    """``bench.peers.enqueue``, imported only by the process that runs it (PGQueuer is optional)."""
+    from bench import peers
+
+    return await peers.enqueue(args, meter, errors)
+
+
+async def pgqueuer_drain(args: dict[str, Any], meter: Meter, errors: Errors) -> dict[str, Any]:
+    """``bench.peers.drain``, imported only by the process that runs it (PGQueuer is optional)."""
+    from bench import peers
+
+    return await peers.drain(args, meter, errors)
 
 
 async def run(name: str, args: dict[str, Any]) -> dict[str, Any]:

@@ -32,13 +32,20 @@ def pair(left: str, right: str) -> str:
     return f"{left} / {right}"
 
 
-def table(rows: Sequence[Mapping[str, Any]], *, with_calls: bool) -> str:
-    """The comparison table: one line per workload row (medians over its rounds)."""
+def table(rows: Sequence[Mapping[str, Any]], *, with_calls: bool, with_peers: bool = False) -> str:
+    """The comparison table: one line per workload row (medians over its rounds).
+
+    ``with_peers`` adds PGQueuer's jobs/s and jobq ÷ PGQueuer after the raw-SQL columns.
+    """
     columns = [
         ("workload", "<"),
         ("jobq jobs/s", ">"),
         ("raw jobs/s", ">"),
         ("jobq÷raw", ">"),
+    ]
+    if with_peers:
+        columns += [("PGQueuer jobs/s", ">"), ("jobq÷PGQueuer", ">")]
+    columns += [
         ("server CPU ms/req", ">"),
         ("client CPU jobq / raw", ">"),
         ("commits/job jobq / raw", ">"),
@@ -54,6 +61,11 @@ def table(rows: Sequence[Mapping[str, Any]], *, with_calls: bool) -> str:
             number(jobq.get("jobs_per_s")),
             number(raw.get("jobs_per_s")),
             number(row.get("ratio"), 3),
+        ]
+        if with_peers:
+            pgqueuer = row.get("pgqueuer") or {}
+            line += [number(pgqueuer.get("jobs_per_s")), number(row.get("ratio_pgqueuer"), 3)]
+        line += [
             number(jobq.get("server_cpu_ms_per_request"), 2),
             pair(percent(jobq.get("client_cpu_share")), percent(raw.get("client_cpu_share"))),
             pair(number(jobq.get("commits_per_job"), 2), number(raw.get("commits_per_job"), 2)),

@@ -11,8 +11,10 @@ makes the command fail.
 
 Rows (jobq and raw SQL, interleaved per round, medians over ``--rounds``): single enqueue with 1
 and 16 clients, batches of 500 with 4 clients, and drains with 1, 4 and 16 workers claiming 1 and
-50 at a time. Then: enqueue-to-claim latency with idle long-pollers, claim latency on an empty
-history and after a long one, and a soak with each instance's RSS and PostgreSQL's backends.
+50 at a time. With ``--peers`` each round also runs the row through PGQueuer in the load process
+(``bench/peers.py``), on its own database on the same server, checked the same way. Then:
+enqueue-to-claim latency with idle long-pollers, claim latency on an empty history and after a
+long one, and a soak with each instance's RSS and PostgreSQL's backends.
 """
 
 from __future__ import annotations
@@ -25,13 +27,16 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import asyncpg
 
 from bench.baseline import APPLICATION_NAME as RAW_APPLICATION_NAME
 from bench.harness import ROOT, JobqProcess, percentile
 from bench.procstat import tree_rss_bytes
+
+if TYPE_CHECKING:
+    from bench.peers import Peer  # imports PGQueuer, which only --peers needs
 
 QUEUE = "bench"
 PRELOAD_BATCH = 500
@@ -50,7 +55,17 @@ STATS_SETTLE_SECONDS = 10.5
 # How long the idle instances are watched to learn their background loops' commit rate.
 BACKGROUND_SECONDS = 10.0
 
-Target = Literal["jobq", "raw"]
+Target = Literal["jobq", "raw", "pgqueuer"]
+# Figures kept per run and summarised (medians) per row, by target.
+SUMMARY_KEYS = (
+    "jobs_per_s",
+    "server_cpu_ms_per_request",
+    "client_cpu_share",
+    "xids_per_job",
+    "commits_per_job",
+    "calls_per_job",
+)
+PEER_SUMMARY_KEYS = ("jobs_per_s", "client_cpu_share", "xids_per_job", "statements_per_job")
 
 
 @dataclass(frozen=True)
@@ -65,6 +80,7 @@ class Options:
     claim_samples: int
     settle_seconds: float  # 0: do not read xact_commit / pg_stat_statements
     smoke: bool
+    peers: bool = False  # also run every row through PGQueuer (bench/peers.py)
 
 
 @dataclass(frozen=True)
@@ -136,9 +152,16 @@ class Suite:
     """Runs the workloads against ``servers`` on the database ``dsn``; collects figures and failures."""
 
     def __init__(
-        self, *, dsn: str, servers: Sequence[JobqProcess], admin: Any, options: Options
+        self,
+        *,
+        dsn: str,
+        servers: Sequence[JobqProcess],
+        admin: Any,
+        options: Options,
+        peer: Peer | None = None,
     ) -> None:
         self.dsn = dsn
+        self.peer = peer  # PGQueuer's database, with --peers
         self.servers = list(servers)
         self.admin = admin  # one asyncpg connection for setup, checks and statistics
         self.options = options
@@ -195,7 +218,7 @@ class Suite:
                 + err.decode(errors="replace")[-2000:]
             )
         result: dict[str, Any] = json.loads(out)
-        if not workload.startswith("raw-"):
+        if not workload.startswith(("raw-", "pgqueuer-")):
             self.last_jobq_activity = time.monotonic()
         return result
 
@@ -300,41 +323,97 @@ class Suite:
         """Whether this run reads commits and calls (each read waits for a settle)."""
         return self.options.settle_seconds > 0 and round_index == 0
 
+    @property
+    def targets(self) -> tuple[Target, ...]:
+        """What each row runs against, in order within a round."""
+        return ("jobq", "raw", "pgqueuer") if self.peer is not None else ("jobq", "raw")
+
     async def run_row(self, row: Row) -> dict[str, Any]:
-        """Runs ``row`` for jobq and raw SQL, interleaved, ``rounds`` times; answers medians."""
-        rounds: dict[Target, list[dict[str, Any]]] = {"jobq": [], "raw": []}
+        """Runs ``row`` on every target, interleaved, ``rounds`` times; answers the medians."""
+        rounds: dict[Target, list[dict[str, Any]]] = {target: [] for target in self.targets}
         for round_index in range(self.options.rounds):
-            for target in ("jobq", "raw"):
+            for target in self.targets:
                 context = f"{row.label}, {target}, round {round_index + 1}"
                 try:
-                    figures = await self.run_once(
-                        row, target, context, settled=self.settles(round_index)
-                    )
+                    if target == "pgqueuer":
+                        figures = await self.run_peer_once(row, context)
+                    else:
+                        figures = await self.run_once(
+                            row, target, context, settled=self.settles(round_index)
+                        )
                 except LoadFailed as exc:
                     self.fail(context, str(exc))
                     continue
                 rounds[target].append(figures)
                 print(
-                    f"  {context:<48} {figures['jobs_per_s']:>10,.0f} jobs/s"
+                    f"  {context:<52} {figures['jobs_per_s']:>10,.0f} jobs/s"
                     f"  ({figures['wall_seconds']:.2f} s)",
                     flush=True,
                 )
         summary: dict[str, Any] = asdict(row)
-        for target in ("jobq", "raw"):
+        for target in self.targets:
             runs = rounds[target]
-            keys = (
-                "jobs_per_s",
-                "server_cpu_ms_per_request",
-                "client_cpu_share",
-                "xids_per_job",
-                "commits_per_job",
-                "calls_per_job",
-            )
+            keys = PEER_SUMMARY_KEYS if target == "pgqueuer" else SUMMARY_KEYS
             summary[target] = {key: median([run.get(key) for run in runs]) for key in keys}
             summary[target]["rounds"] = runs
         jobq, raw = summary["jobq"]["jobs_per_s"], summary["raw"]["jobs_per_s"]
         summary["ratio"] = jobq / raw if jobq and raw else None
+        if self.peer is not None:
+            pgqueuer = summary["pgqueuer"]["jobs_per_s"]
+            summary["ratio_pgqueuer"] = jobq / pgqueuer if jobq and pgqueuer else None
         return summary
+
+    async def run_peer_once(self, row: Row, context: str) -> dict[str, Any]:
+        """One run of ``row`` through PGQueuer on its own database, verified; answers its figures.
+
+        Drains pre-load (untimed) through PGQueuer's batch enqueue, 500 jobs a call. Commits and
+        statement calls are not read: they are counted per database and the jobq database's
+        figures are the ones settled for; transaction ids are server-wide and read as for the
+        others.
+        """
+        assert self.peer is not None
+        peer, n = self.peer, self.options.jobs
+        await peer.truncate()
+        preloaded: set[int] = set()
+        if row.kind == "drain":
+            result = await self.load(
+                "pgqueuer-enqueue",
+                {"dsn": peer.dsn, "clients": PRELOAD_CLIENTS, "jobs": n, "batch": PRELOAD_BATCH},
+            )
+            self.check_errors(result, f"{context}, pre-load")
+            for failure in await peer.check_enqueue(result, n):
+                self.fail(f"{context}, pre-load", failure)
+            preloaded = await peer.queued_ids()
+        before = await self.statement_counts()
+        if row.kind == "enqueue":
+            args = {"dsn": peer.dsn, "clients": row.clients, "jobs": n, "batch": row.batch}
+        else:
+            args = {"dsn": peer.dsn, "workers": row.clients, "max_jobs": row.max_jobs}
+        result = await self.load(f"pgqueuer-{row.kind}", args)
+        after = await self.statement_counts()
+
+        self.check_errors(result, context)
+        if row.kind == "enqueue":
+            failures = await peer.check_enqueue(result, n)
+        else:
+            failures = await peer.check_drain(result, preloaded)
+        for failure in failures:
+            self.fail(context, failure)
+
+        wall, jobs = result["wall_seconds"], result["jobs"]
+        figures: dict[str, Any] = {
+            "jobs": jobs,
+            "statements": result["statements"],
+            "statements_per_job": result["statements"] / jobs if jobs else None,
+            "wall_seconds": wall,
+            "jobs_per_s": jobs / wall if wall > 0 else None,
+            "client_cpu_seconds": result["client_cpu_seconds"],
+            "client_cpu_share": result["client_cpu_seconds"] / (wall * cores()) if wall else None,
+            "error_count": result["error_count"],
+        }
+        if jobs:
+            figures |= self.statement_deltas(before, after, jobs, settled=False)
+        return figures
 
     async def run_once(
         self, row: Row, target: Target, context: str, *, settled: bool
