@@ -1,15 +1,19 @@
-"""The ``jobq`` command: ``serve``, ``migrate``, ``openapi`` and ``worker``."""
+"""The ``jobq`` command: ``serve``, ``migrate``, ``keys``, ``openapi`` and ``worker``."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import ipaddress
 import json
 import logging
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 from app.settings import Settings
+
+T = TypeVar("T")
 
 
 def resolve_database_url(settings: Settings, *, verbose: bool = False) -> str:
@@ -40,6 +44,8 @@ def _serve(args: argparse.Namespace) -> int:
         overrides["port"] = args.port
     if args.workers is not None:
         overrides["workers"] = args.workers
+    if args.insecure:
+        overrides["insecure"] = True
     settings = Settings(**overrides)
     if args.supervised:
         # One of the processes of `--workers N`: the parent migrated and passed DATABASE_URL.
@@ -51,6 +57,21 @@ def _serve(args: argparse.Namespace) -> int:
     url = resolve_database_url(settings, verbose=args.verbose)
     upgrade(url)
     settings = settings.model_copy(update={"database_url": url})
+    if not is_loopback(settings.host) and not _run_on(url, _any_keys):
+        if not settings.insecure:
+            print(
+                f"jobq: refusing to serve {settings.host} with no API keys: anyone who can reach "
+                "it could use it. Make a key first (jobq keys create --role admin --name NAME), "
+                "serve on 127.0.0.1, or pass --insecure (JOBQ_INSECURE=true) to insist.",
+                file=sys.stderr,
+                flush=True,
+            )
+            return 2
+        print(
+            f"jobq: serving {settings.host} WITHOUT authentication (--insecure)",
+            file=sys.stderr,
+            flush=True,
+        )
     base = f"http://{settings.host}:{settings.port}"
     processes = f", {settings.workers} processes" if settings.workers > 1 else ""
     print(
@@ -68,6 +89,112 @@ def _serve(args: argparse.Namespace) -> int:
             grace_seconds=settings.shutdown_grace_seconds + 5,
         ).run()
     JobqServer.for_app(create_app(settings), log_level=args.log_level).run()
+    return 0
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a listen address reaches this machine only (a name other than localhost does not count)."""
+    if host.strip("[]").lower() in {"localhost", "localhost."}:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _run_on(url: str, work: Callable[[Any], Awaitable[T]], *, transaction: bool = False) -> T:
+    """Runs ``work(connection)`` on the database once, from a synchronous command."""
+    from app.db import async_url
+
+    async def run() -> T:
+        from sqlalchemy.ext.asyncio import create_async_engine
+
+        engine = create_async_engine(async_url(url))
+        try:
+            if transaction:
+                async with engine.begin() as conn:
+                    return await work(conn)
+            async with engine.connect() as conn:
+                return await work(conn)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(run())
+
+
+async def _any_keys(conn: Any) -> bool:
+    from app.auth import store
+
+    return await store.any_keys(conn)
+
+
+def _keys_url() -> str:
+    from app.migrations import upgrade
+
+    url = resolve_database_url(Settings())
+    upgrade(url)
+    return url
+
+
+def _keys_create(args: argparse.Namespace) -> int:
+    from sqlalchemy.exc import IntegrityError
+
+    from app.auth import store
+    from app.auth.keys import KEY_NAME_PATTERN, Role, scope_error
+    from app.errors import sqlstate
+
+    if not KEY_NAME_PATTERN.match(args.name):
+        print(
+            "jobq keys: --name: a letter or digit, then up to 63 of letters, digits, _ . : -",
+            file=sys.stderr,
+        )
+        return 2
+    queues = [q.strip() for q in args.queues.split(",")] if args.queues is not None else None
+    if queues is not None and (problem := scope_error(queues)) is not None:
+        print(f"jobq keys: --queues: {problem}", file=sys.stderr)
+        return 2
+
+    async def create(conn: Any) -> str:
+        return await store.create_key(conn, name=args.name, role=Role(args.role), queues=queues)
+
+    try:
+        secret = _run_on(_keys_url(), create, transaction=True)
+    except IntegrityError as exc:
+        if sqlstate(exc) != "23505":
+            raise
+        print(f"jobq keys: a key named {args.name!r} exists already", file=sys.stderr)
+        return 1
+    scope = ", ".join(queues) if queues is not None else "every queue"
+    print(f"created {args.role} key {args.name!r} for {scope}; it is shown once:", file=sys.stderr)
+    print(secret, flush=True)  # alone on stdout, for scripts: KEY=$(jobq keys create ...)
+    return 0
+
+
+def _keys_list(_: argparse.Namespace) -> int:
+    from app.auth import store
+
+    keys = _run_on(_keys_url(), store.list_keys)
+    print("id\tname\trole\tqueues\tcreated\trevoked")
+    for key in keys:
+        queues = ",".join(key.queues) if key.queues is not None else "*"
+        revoked = key.revoked_at.isoformat(timespec="seconds") if key.revoked_at else "-"
+        print(
+            f"{key.id}\t{key.name}\t{key.role}\t{queues}\t"
+            f"{key.created_at.isoformat(timespec='seconds')}\t{revoked}"
+        )
+    return 0
+
+
+def _keys_revoke(args: argparse.Namespace) -> int:
+    from app.auth import store
+
+    async def revoke(conn: Any) -> bool:
+        return await store.revoke_key(conn, name=args.name)
+
+    if not _run_on(_keys_url(), revoke, transaction=True):
+        print(f"jobq keys: no live key named {args.name!r}", file=sys.stderr)
+        return 1
+    print(f"revoked key {args.name!r}; every instance refuses it within a second", file=sys.stderr)
     return 0
 
 
@@ -109,6 +236,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="server processes on the port (default JOBQ_WORKERS or 1)",
     )
+    serve.add_argument(
+        "--insecure",
+        action="store_true",
+        help="serve a non-loopback address even with no API keys (anyone reaching it may use it)",
+    )
     serve.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)
     serve.add_argument(
         "-v",
@@ -119,6 +251,23 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=_serve)
     migrate = sub.add_parser("migrate", help="run the database migrations and exit")
     migrate.set_defaults(func=_migrate)
+    keys = sub.add_parser("keys", help="make, list and revoke API keys")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
+    create = keys_sub.add_parser("create", help="make a key; prints its secret, once, on stdout")
+    create.add_argument("--role", required=True, choices=["producer", "worker", "viewer", "admin"])
+    create.add_argument("--name", required=True, help="unique name, shown in logs and listings")
+    create.add_argument(
+        "--queues",
+        default=None,
+        help="limit the key to these queues: names or patterns with *, comma-separated "
+        "(e.g. 'emails,billing.*'); default every queue",
+    )
+    create.set_defaults(func=_keys_create)
+    list_keys = keys_sub.add_parser("list", help="list keys (never their secrets)")
+    list_keys.set_defaults(func=_keys_list)
+    revoke = keys_sub.add_parser("revoke", help="revoke a key by name")
+    revoke.add_argument("name")
+    revoke.set_defaults(func=_keys_revoke)
     openapi = sub.add_parser("openapi", help="print the OpenAPI document")
     openapi.set_defaults(func=_openapi)
     worker = sub.add_parser(

@@ -25,10 +25,17 @@ logger = logging.getLogger("jobq.errors")
 class JobqError(Exception):
     """Base of every error the service raises on purpose; ``status`` and ``title`` come from the table."""
 
-    def __init__(self, detail: str, *, errors: Sequence[Mapping[str, Any]] = ()) -> None:
+    def __init__(
+        self,
+        detail: str,
+        *,
+        errors: Sequence[Mapping[str, Any]] = (),
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         super().__init__(detail)
         self.detail = detail
         self.errors = list(errors)
+        self.headers = dict(headers) if headers else None
 
 
 class NotFound(JobqError):
@@ -47,6 +54,22 @@ class InvalidInput(JobqError):
     """The request is well-formed JSON but a value is unusable (named in ``errors``)."""
 
 
+class Unauthenticated(JobqError):
+    """No valid API key came with a request that needs one (answered with ``WWW-Authenticate``)."""
+
+
+class Forbidden(JobqError):
+    """The key's role or queue scopes do not allow this request."""
+
+
+class TooManyFailures(JobqError):
+    """This client address failed to authenticate too often; it may try again after ``Retry-After``."""
+
+
+class UnsupportedMediaType(JobqError):
+    """The request's body is in a content type other than JSON."""
+
+
 class DatabaseUnavailable(JobqError):
     """PostgreSQL could not be reached or gave up; the request may be retried."""
 
@@ -61,6 +84,10 @@ ERROR_TABLE: dict[type[JobqError], tuple[int, str, str]] = {
     InvalidTransition: (409, "Conflict", "invalid-transition"),
     IdempotencyKeyReused: (422, "Idempotency key reused", "idempotency-key-reused"),
     InvalidInput: (422, "Unprocessable Content", "validation-error"),
+    UnsupportedMediaType: (415, "Unsupported Media Type", "unsupported-media-type"),
+    Unauthenticated: (401, "Unauthorized", "unauthenticated"),
+    Forbidden: (403, "Forbidden", "forbidden"),
+    TooManyFailures: (429, "Too Many Requests", "too-many-failures"),
     DatabaseUnavailable: (503, "Service Unavailable", "database-unavailable"),
     NotReady: (503, "Service Unavailable", "not-ready"),
 }
@@ -123,7 +150,7 @@ async def _jobq_error(_: Request, exc: Exception) -> JSONResponse:
     if not isinstance(exc, JobqError):  # registered for that type only; never reached
         return await _unexpected_error(_, exc)
     status, title, slug = ERROR_TABLE[type(exc)]
-    return problem(status, title, exc.detail, slug=slug, errors=exc.errors)
+    return problem(status, title, exc.detail, slug=slug, errors=exc.errors, headers=exc.headers)
 
 
 async def _validation_error(_: Request, exc: Exception) -> JSONResponse:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
@@ -14,8 +16,11 @@ from app.api import jobs, metrics, ops, workers
 from app.api.fastpath import JobqAPI
 from app.api.limits import BodyLimit
 from app.api.state import AppState, Runtime, app_state
+from app.auth import store as key_store
+from app.auth.keyring import KeyRing
+from app.auth.limiter import FailureLimiter
 from app.db import async_url, create_driver_pool, create_engine
-from app.errors import install_error_handlers
+from app.errors import brief, install_error_handlers
 from app.maintenance.promoter import Promoter, PromoterConfig
 from app.maintenance.pruner import Pruner, PrunerConfig
 from app.maintenance.reaper import Reaper, ReaperConfig
@@ -35,6 +40,8 @@ API_DESCRIPTION = (
 )
 
 CONTROL_CONNECT_WAIT_SECONDS = 5.0
+
+logger = logging.getLogger("jobq.auth")
 
 
 def _require_url(settings: Settings) -> str:
@@ -112,11 +119,14 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     )
     repository = repository_for(settings)
     hub = WaiterHub()
+    keys = KeyRing(engine, interval_seconds=settings.auth_refresh_seconds)
+    await _load_keys(keys)
     control = ControlChannel(
         engine=control_engine,
         repository=repository,
         hub=hub,
         coalesce_window=settings.notify_coalesce_seconds,
+        listeners={key_store.CHANNEL: keys.changed},
     )
     announce = control.announce if settings.wakeup_announce else _announce_nothing
     service = JobService(
@@ -136,7 +146,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     )
     runner = LoopRunner(
         lead=control.lead,
-        loops=_loops(settings, service, hub),
+        loops=[*_loops(settings, service, hub), keys],
         election_interval=settings.election_interval_seconds,
         stall_intervals=settings.loop_stall_intervals,
         stall_min_seconds=settings.loop_stall_min_seconds,
@@ -151,6 +161,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         hub=hub,
         control=control,
         runner=runner,
+        keys=keys,
+        failures=FailureLimiter(settings.auth_failures_per_minute),
         begin_shutdown=begin_shutdown,
     )
     control.start()
@@ -162,10 +174,24 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         hub.close()
         await runner.stop()
         await control.stop()
+        await keys.stop()
         await control_engine.dispose()
         await pool.close()
         await engine.dispose()
         state.runtime = None
+
+
+async def _load_keys(keys: KeyRing) -> None:
+    """The first load of the keys; until one succeeds, requests are refused (503)."""
+    try:
+        await keys.refresh()
+    except (DBAPIError, OSError) as exc:
+        logger.warning("API keys not loaded yet (%s); requests get 503 until they are", brief(exc))
+        return
+    if not keys.enabled:
+        logger.warning(
+            "authentication is off: no API key exists (make one with `jobq keys create`)"
+        )
 
 
 def _announce_nothing(queue: str, count: int) -> None:
@@ -175,7 +201,9 @@ def _announce_nothing(queue: str, count: int) -> None:
 def create_app(settings: Settings) -> FastAPI:
     """Builds the app for these settings; nothing is connected until the lifespan starts."""
     app = JobqAPI(title="jobq", version="0.1.0", description=API_DESCRIPTION, lifespan=lifespan)
-    app.max_body_size = settings.max_body_bytes
+    # Not FastAPI's own max_body_size: its limiter answers outside our handlers, in plain text.
+    app.body_limit_bytes = settings.max_body_bytes
+    app.cors_origins = [o.strip() for o in settings.cors_origins.split(",") if o.strip()]
     state = AppState(settings=settings)
     app.state.jobq = state
     install_error_handlers(app)

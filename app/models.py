@@ -1,4 +1,4 @@
-"""The tables: ``jobs`` is the queue, ``queues`` holds per-queue switches. Alembic diffs against these."""
+"""The tables: ``jobs`` is the queue, ``queues`` holds per-queue switches, ``api_keys`` the keys. Alembic diffs against these."""
 
 from __future__ import annotations
 
@@ -11,13 +11,15 @@ from sqlalchemy import (
     Identity,
     Index,
     Integer,
+    LargeBinary,
     PrimaryKeyConstraint,
     SmallInteger,
     Table,
     Text,
+    UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
 from app.db import metadata
 
@@ -35,6 +37,9 @@ jobs = Table(
     Column("run_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     Column("lease_id", UUID(as_uuid=True), nullable=True),
     Column("worker_id", Text, nullable=True),
+    # The API key whose worker holds the lease (NULL without authentication): a worker id is
+    # only unique within its key, so lease calls check both.
+    Column("lease_key_id", BigInteger, nullable=True),
     Column("lease_expires_at", DateTime(timezone=True), nullable=True),
     Column("lease_seconds", Integer, nullable=False),
     # The lease length the current claim asked for: what a heartbeat extends by by default.
@@ -148,4 +153,21 @@ queue_throughput = Table(
     Column("jobs", BigInteger, nullable=False),
     PrimaryKeyConstraint("queue", "minute", "outcome", "shard"),
     Index("ix_queue_throughput_minute", "minute"),
+)
+
+# API keys (migration 0007): the SHA-256 of each secret, never the secret; revoked, not deleted.
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    Column("name", Text, nullable=False),
+    Column("role", Text, nullable=False),
+    # Queue names or glob patterns the key is limited to; NULL: every queue.
+    Column("queues", ARRAY(Text), nullable=True),
+    Column("secret_sha256", LargeBinary, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("revoked_at", DateTime(timezone=True), nullable=True),
+    CheckConstraint("role IN ('producer', 'worker', 'viewer', 'admin')", name="role"),
+    UniqueConstraint("name"),
+    UniqueConstraint("secret_sha256"),
 )

@@ -55,6 +55,28 @@ class Settings(BaseSettings):
         default=10, ge=0, le=3600, description="How long open requests may finish after SIGTERM."
     )
 
+    # Security.
+    insecure: bool = Field(
+        default=False,
+        description="Serve a non-loopback address with no API keys made (also --insecure).",
+    )
+    auth_failures_per_minute: int = Field(
+        default=30,
+        ge=1,
+        le=100_000,
+        description="Failed authentications per client address per minute before 429.",
+    )
+    auth_refresh_seconds: float = Field(
+        default=10,
+        gt=0,
+        le=3600,
+        description="How often API keys are reloaded besides on every change notification.",
+    )
+    cors_origins: str = Field(
+        default="",
+        description="Comma-separated origins allowed by CORS (empty: CORS off; never with credentials).",
+    )
+
     # Requests.
     max_body_bytes: int = Field(
         default=1024 * 1024, ge=1024, description="Largest request body (413 beyond)."

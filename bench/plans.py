@@ -269,9 +269,16 @@ def _repository() -> Any:
 
 
 async def _claim(repo: Any, conn: Any, queues: list[str], max_jobs: int) -> Any:
-    # The claim's signature changed when claims began to share statements (slots).
+    # The claim's signature changed when claims began to share statements (slots), and again
+    # when slots became ClaimSlot values (with the API key of the worker).
     try:
-        return await repo.job_claim(conn, queues=queues, slots=[("bench", 30)] * max_jobs)
+        from app.queue.types import ClaimSlot
+
+        slots: list[Any] = [ClaimSlot("bench", None, 30)] * max_jobs
+    except ImportError:
+        slots = [("bench", 30)] * max_jobs
+    try:
+        return await repo.job_claim(conn, queues=queues, slots=slots)
     except TypeError:  # the code before: one worker per claim statement
         return await repo.job_claim(
             conn, worker_id="bench", queues=queues, max_jobs=max_jobs, lease_seconds=30

@@ -12,12 +12,14 @@ handler for it. A request for anything else takes the ordinary way.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
+from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from app.api.contract import document_problems
 from app.api.lean import LeanRoute, lean_handler
 from app.api.limits import BodyLimit
 from app.api.strict_json import is_json
@@ -78,8 +80,30 @@ def _content_type(scope: Scope) -> str | None:
 class JobqAPI(FastAPI):
     """FastAPI with the fast path for the hot routes first in its middleware stack."""
 
-    max_body_size: int = 1024 * 1024
+    body_limit_bytes: int = 1024 * 1024
+    # Origins CORS allows; empty: no CORS headers at all (browsers keep other origins out).
+    cors_origins: Sequence[str] = ()
+
+    def openapi(self) -> dict[str, Any]:
+        """FastAPI's document, with the problem answers given around the routes."""
+        if self.openapi_schema is None:
+            self.openapi_schema = document_problems(super().openapi())
+        return self.openapi_schema
 
     def build_middleware_stack(self) -> ASGIApp:
-        """Starlette's stack, behind the fast path."""
-        return _FastPath(self, super().build_middleware_stack(), max_body_size=self.max_body_size)
+        """Starlette's stack, behind the fast path; CORS, when origins are set, in front of both."""
+        app: ASGIApp = _FastPath(
+            self, super().build_middleware_stack(), max_body_size=self.body_limit_bytes
+        )
+        if self.cors_origins:
+            # Keys travel in the Authorization header, never in cookies: no credentials mode,
+            # so even a listed "*" cannot let a page send a user's cookies along.
+            app = CORSMiddleware(
+                app,
+                allow_origins=list(self.cors_origins),
+                allow_methods=["GET", "POST"],
+                allow_headers=["Authorization", "Content-Type", "Idempotency-Key"],
+                allow_credentials=False,
+                max_age=600,
+            )
+        return app

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Header, Query, Response, status
 from pydantic import Field
 
 from app.api import schemas as wire
+from app.api.auth import allow_queue, requires
 from app.api.deps import Service
 from app.api.lean import LeanRoute
 from app.api.render import job, jobs_response, json_response
@@ -21,7 +22,9 @@ from app.api.schemas import (
     QueueName,
     new_job,
 )
+from app.auth.keys import Permission, Principal
 from app.errors import PROBLEM, InvalidInput
+from app.queue.service import JobService
 from app.queue.states import JobStatus
 from app.settings import Settings
 
@@ -45,6 +48,7 @@ def build_router(settings: Settings) -> APIRouter:
         },
     )
     async def enqueue_job(
+        caller: Annotated[Principal, requires(Permission.ENQUEUE)],
         body: EnqueueRequest,
         service: Service,
         idempotency_key: Annotated[
@@ -57,6 +61,7 @@ def build_router(settings: Settings) -> APIRouter:
         ] = None,
     ) -> Response:
         """Enqueues one job (201); a replay of the same idempotent request answers the job with 200."""
+        allow_queue(caller, body.queue, field="body.queue")
         if idempotency_key is not None:
             if body.idempotency_key is not None and body.idempotency_key != idempotency_key:
                 raise InvalidInput(
@@ -79,6 +84,7 @@ def build_router(settings: Settings) -> APIRouter:
         },
     )
     async def enqueue_batch(
+        caller: Annotated[Principal, requires(Permission.ENQUEUE)],
         body: EnqueueBatchRequest,
         service: Service,
         idempotency_key: Annotated[
@@ -92,6 +98,9 @@ def build_router(settings: Settings) -> APIRouter:
         Idempotency is per job (each job's ``idempotency_key``); an ``Idempotency-Key`` header
         would be ambiguous for a batch and is refused rather than ignored.
         """
+        if caller.scoped:
+            for index, item in enumerate(body.jobs):
+                allow_queue(caller, item.queue, field=f"body.jobs[{index}].queue")
         if idempotency_key is not None:
             raise InvalidInput(
                 "Idempotency-Key is not accepted on a batch; give each job an idempotency_key",
@@ -110,34 +119,64 @@ def build_router(settings: Settings) -> APIRouter:
 
     @router.get("", response_model=JobPage, responses={422: PROBLEM})
     async def list_jobs(
+        caller: Annotated[Principal, requires(Permission.READ_JOBS)],
         service: Service,
         queue: QueueName | None = None,
         status: JobStatus | None = None,
-        type: Annotated[str | None, Query(min_length=1, max_length=255)] = None,
+        type: Annotated[
+            str | None,
+            # No NUL: text columns cannot hold it, so it would only fail inside PostgreSQL.
+            Query(min_length=1, max_length=255, pattern=r"^[^\x00]+$"),
+        ] = None,
         limit: Annotated[int, Query(ge=1, le=settings.list_max_limit)] = 50,
         after: Annotated[
             str | None, Query(max_length=200, description="next_cursor of the previous page")
         ] = None,
     ) -> Response:
-        """Lists jobs newest first with keyset pagination (never OFFSET)."""
+        """Lists jobs newest first with keyset pagination (never OFFSET).
+
+        A key scoped to some queues sees only their jobs; naming another queue is a 403.
+        """
+        if queue is not None:
+            allow_queue(caller, queue, field="query.queue")
         rows, next_cursor = await service.list_jobs(
-            queue=queue, status=status, type=type, limit=limit, after=after
+            queue=queue,
+            status=status,
+            type=type,
+            limit=limit,
+            after=after,
+            queue_patterns=caller.like_patterns() if queue is None else None,
         )
         return jobs_response(rows, next_cursor=next_cursor)
 
     @router.get("/{job_id}", response_model=Job, responses={404: PROBLEM})
-    async def get_job(job_id: int, service: Service) -> Response:
-        """One job by id."""
-        return json_response(job(await service.get(job_id)))
+    async def get_job(
+        caller: Annotated[Principal, requires(Permission.READ_JOBS)], job_id: int, service: Service
+    ) -> Response:
+        """One job by id (403 when its queue is outside the key's scopes)."""
+        row = await service.get(job_id)
+        allow_queue(caller, row["queue"], field="path.job_id")
+        return json_response(job(row))
+
+    async def _in_scope(caller: Principal, job_id: int, service: JobService) -> None:
+        # A job's queue never changes, so reading it before acting cannot race the action.
+        if caller.scoped:
+            allow_queue(caller, (await service.get(job_id))["queue"], field="path.job_id")
 
     @router.post("/{job_id}/cancel", response_model=Job, responses={404: PROBLEM, 409: PROBLEM})
-    async def cancel_job(job_id: int, service: Service) -> Response:
+    async def cancel_job(
+        caller: Annotated[Principal, requires(Permission.OPERATE)], job_id: int, service: Service
+    ) -> Response:
         """Cancels a scheduled, pending or running job (a running job's lease ends at once)."""
+        await _in_scope(caller, job_id, service)
         return json_response(job(await service.cancel(job_id)))
 
     @router.post("/{job_id}/retry", response_model=Job, responses={404: PROBLEM, 409: PROBLEM})
-    async def retry_job(job_id: int, service: Service) -> Response:
+    async def retry_job(
+        caller: Annotated[Principal, requires(Permission.OPERATE)], job_id: int, service: Service
+    ) -> Response:
         """Moves a dead, cancelled or succeeded job back to pending with attempts reset."""
+        await _in_scope(caller, job_id, service)
         return json_response(job(await service.retry(job_id)))
 
     return router

@@ -4,6 +4,7 @@ Measured under 16 concurrent enqueues, FastAPI's dependency solving alone took 1
 server's CPU, a declared header 5 %, while the endpoint itself took 9 %. A :class:`LeanRoute`
 keeps everything FastAPI derives from the endpoint's signature (the OpenAPI document, the
 request model, the status codes) but answers requests with a handler built once per route:
+the caller's key is checked first (:func:`app.api.auth.authorize`, before the body is read);
 the body is parsed by :func:`parse_strict_json` and validated by the request model's own
 pydantic-core validator; declared headers are read and validated the same way; the service
 comes from the app's state. Errors are the same ``RequestValidationError`` FastAPI raises, with
@@ -26,9 +27,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.params import Depends, Header
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from app.api.auth import Allow, authorize
 from app.api.deps import get_service
 from app.api.state import app_state
 from app.api.strict_json import StrictJSONRoute, is_json, parse_strict_json
+from app.auth.keys import Permission
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 
@@ -36,10 +39,11 @@ Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 @dataclass(frozen=True)
 class _Parameter:
     name: str
-    kind: str  # "body", "service", "request" or "header"
+    kind: str  # "body", "service", "request", "header" or "caller"
     adapter: TypeAdapter[Any] | None = None
     header: str | None = None
     default: Any = None
+    permission: Permission | None = None
 
 
 def _plan(endpoint: Callable[..., Awaitable[Any]]) -> list[_Parameter] | None:
@@ -58,6 +62,10 @@ def _plan(endpoint: Callable[..., Awaitable[Any]]) -> list[_Parameter] | None:
             plan.append(_Parameter(name, "request"))
         elif any(isinstance(e, Depends) and e.dependency is get_service for e in extras):
             plan.append(_Parameter(name, "service"))
+        elif allows := [e.dependency for e in extras if isinstance(e, Depends)]:
+            if not isinstance(allows[0], Allow):
+                return None
+            plan.append(_Parameter(name, "caller", permission=allows[0].permission))
         elif headers := [e for e in extras if isinstance(e, Header)]:
             alias: str = headers[0].alias or name.replace("_", "-")
             default = None if parameter.default is inspect.Parameter.empty else parameter.default
@@ -84,8 +92,14 @@ def lean_handler(route: StrictJSONRoute) -> Handler | None:
     # FastAPI's own handler (strict JSON) answers what the lean one does not deal with.
     fallback = StrictJSONRoute.get_route_handler(route)
     endpoint = route.endpoint
+    # Who calls is settled before the body is even read: a caller without a valid key learns
+    # nothing about what a valid request looks like.
+    callers = [p for p in plan if p.kind == "caller"]
 
     async def handler(request: Request) -> Response:
+        arguments: dict[str, Any] = {}
+        for caller in callers:
+            arguments[caller.name] = await authorize(request, caller.permission)  # type: ignore[arg-type]
         if not is_json(request.headers.get("content-type")):
             return await fallback(request)  # FastAPI says what is wrong with the body
         raw = await request.body()
@@ -94,7 +108,6 @@ def lean_handler(route: StrictJSONRoute) -> Handler | None:
                 [{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}]
             )
         state = app_state(request.app)
-        arguments: dict[str, Any] = {}
         for parameter in plan:
             if parameter.kind == "body":
                 data = parse_strict_json(raw, max_depth=state.settings.max_json_depth)
@@ -106,6 +119,8 @@ def lean_handler(route: StrictJSONRoute) -> Handler | None:
                 arguments[parameter.name] = state.running().service
             elif parameter.kind == "request":
                 arguments[parameter.name] = request
+            elif parameter.kind == "caller":
+                pass  # settled above
             else:
                 value = request.headers.get(parameter.header or "", parameter.default)
                 try:

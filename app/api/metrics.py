@@ -7,13 +7,16 @@ collector that reads the runtime at scrape time: nothing is counted on the hot p
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Annotated
 
 from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from app.api.auth import requires
 from app.api.state import AppState
+from app.auth.keys import Permission, Principal
 
 
 class RuntimeCollector(Collector):
@@ -65,8 +68,8 @@ def build_router(state: AppState) -> APIRouter:
     router = APIRouter()
 
     @router.get("/metrics", include_in_schema=False)
-    async def metrics() -> Response:
-        """Prometheus text format."""
+    async def metrics(_caller: Annotated[Principal, requires(Permission.OBSERVE)]) -> Response:
+        """Prometheus text format (viewer and admin keys; no per-queue series yet)."""
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     return router

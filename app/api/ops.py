@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from fastapi import APIRouter
 
+from app.api.auth import allow_queue, requires
 from app.api.deps import Runtime, Service
 from app.api.schemas import (
     Health,
@@ -15,35 +18,52 @@ from app.api.schemas import (
     WorkerList,
 )
 from app.api.strict_json import StrictJSONRoute
+from app.auth.keys import Permission, Principal
 from app.errors import PROBLEM, DatabaseUnavailable, NotReady
 
 router = APIRouter(tags=["ops"], route_class=StrictJSONRoute)
 
+Observer = Annotated[Principal, requires(Permission.OBSERVE)]
+Operator = Annotated[Principal, requires(Permission.OPERATE)]
+
 
 @router.get("/v1/queues", response_model=QueueList)
-async def list_queues(service: Service) -> QueueList:
-    """Counts per state for every queue, the oldest due job's age and last-minute throughput."""
+async def list_queues(caller: Observer, service: Service) -> QueueList:
+    """Counts per state for every queue, the oldest due job's age and last-minute throughput.
+
+    A key scoped to some queues sees only those.
+    """
     return QueueList(
-        queues=[QueueStats.model_validate(dict(r)) for r in await service.queue_stats()]
+        queues=[
+            QueueStats.model_validate(dict(r))
+            for r in await service.queue_stats()
+            if caller.covers(r["name"])
+        ]
     )
 
 
 @router.post("/v1/queues/{name}/pause", response_model=QueueState, responses={422: PROBLEM})
-async def pause_queue(name: QueueName, service: Service) -> QueueState:
+async def pause_queue(caller: Operator, name: QueueName, service: Service) -> QueueState:
     """Stops claims from this queue (running jobs carry on)."""
+    allow_queue(caller, name, field="path.name")
     return QueueState.model_validate(dict(await service.set_paused(name, paused=True)))
 
 
 @router.post("/v1/queues/{name}/resume", response_model=QueueState, responses={422: PROBLEM})
-async def resume_queue(name: QueueName, service: Service) -> QueueState:
+async def resume_queue(caller: Operator, name: QueueName, service: Service) -> QueueState:
     """Lets claims take jobs from this queue again."""
+    allow_queue(caller, name, field="path.name")
     return QueueState.model_validate(dict(await service.set_paused(name, paused=False)))
 
 
 @router.get("/v1/workers", response_model=WorkerList)
-async def list_workers(service: Service) -> WorkerList:
-    """Workers holding leases now, with their job ids."""
-    return WorkerList(workers=[WorkerInfo.model_validate(dict(r)) for r in await service.workers()])
+async def list_workers(caller: Observer, service: Service) -> WorkerList:
+    """Workers holding leases now (a worker is its id within its API key), with their job ids.
+
+    A key scoped to some queues sees only the jobs of those queues.
+    """
+    rows = await service.workers(queue_patterns=caller.like_patterns())
+    return WorkerList(workers=[WorkerInfo.model_validate(dict(r)) for r in rows])
 
 
 @router.get("/healthz", response_model=Health)

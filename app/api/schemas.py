@@ -1,4 +1,9 @@
-"""Request and response bodies of the HTTP API (pydantic v2); unknown fields are rejected.
+"""Request and response bodies of the HTTP API (pydantic v2); unknown fields and loose types are errors.
+
+Request models are strict: a number must come as a JSON number (an integer for an integer field),
+text as a JSON string and a flag as ``true`` / ``false``; ``"30"``, ``1.0``, ``"true"`` or ``1`` are
+errors naming the field, not guesses. Only values JSON has no type for (instants, UUIDs) are read
+from strings, and an instant must carry its offset from UTC.
 
 The request models here carry the bounds the storage holds (``app/queue/bounds.py``). Limits a
 deployment may change (jobs per claim, leases per call, checkpoint size, ...) come from
@@ -10,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -17,10 +23,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
+    AwareDatetime,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     JsonValue,
+    Strict,
     StringConstraints,
     model_validator,
 )
@@ -47,6 +56,17 @@ def _in_window(value: datetime | None) -> datetime | None:
     return value
 
 
+_DATE_TIME_TEXT = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]")
+
+
+def _date_time_text(value: Any) -> Any:
+    # Instants come as RFC 3339 text. A number (or digits in a string) would otherwise be read as
+    # a Unix time, in seconds or milliseconds depending on its size: refused as ambiguous.
+    if isinstance(value, datetime) or (isinstance(value, str) and _DATE_TIME_TEXT.match(value)):
+        return value
+    raise ValueError("must be an RFC 3339 date-time with an offset, e.g. 2030-01-01T00:00:00Z")
+
+
 QueueName = Annotated[
     str,
     StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"),
@@ -60,13 +80,17 @@ LeaseSeconds = Annotated[
     int, Field(ge=1, le=LEASE_SECONDS_MAX, description=f"Lease length, 1 to {LEASE_SECONDS_MAX} s.")
 ]
 Instant = Annotated[
-    datetime,
+    AwareDatetime,
+    Strict(False),  # JSON has no instant type: read from text
+    BeforeValidator(_date_time_text),
     AfterValidator(_in_window),
     Field(
-        description="An instant from 1970-01-01T00:00:00Z up to (not including) "
-        "9000-01-01T00:00:00Z, checked in UTC; a time without zone is UTC."
+        description="An RFC 3339 date-time with its offset (2030-01-01T09:00:00Z, "
+        "2030-01-01T10:00:00+01:00) from 1970-01-01T00:00:00Z up to (not including) "
+        "9000-01-01T00:00:00Z, checked in UTC; a time without offset is refused."
     ),
 ]
+LeaseId = Annotated[uuid.UUID, Strict(False)]  # JSON has no UUID type: read from text
 
 
 def json_size_at_most(limit: int) -> Callable[[Any], Any]:
@@ -81,9 +105,12 @@ def json_size_at_most(limit: int) -> Callable[[Any], Any]:
 
 
 class StrictModel(BaseModel):
-    """Base for request bodies: unknown fields are errors, not silently dropped."""
+    """Base for request bodies: unknown fields and values of the wrong JSON type are errors.
 
-    model_config = ConfigDict(extra="forbid")
+    Strict mode holds for every field, also in subclasses; a float field takes JSON integers.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class EnqueueRequest(StrictModel):
@@ -231,7 +258,7 @@ class LeaseRef(StrictModel):
     """Names one lease: the job and the lease id the claim returned."""
 
     job_id: JobId
-    lease_id: uuid.UUID
+    lease_id: LeaseId
 
 
 class HeartbeatItem(LeaseRef):
@@ -360,6 +387,9 @@ class WorkerInfo(BaseModel):
     """A worker holding leases now."""
 
     worker_id: str
+    key_name: str | None = Field(
+        default=None, description="The API key the worker claimed with (none without keys)."
+    )
     jobs_held: int
     job_ids: list[int]
     next_lease_expiry: datetime | None

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from starlette.applications import Starlette
 
+from app.auth.keyring import KeyRing
+from app.auth.limiter import FailureLimiter
 from app.maintenance.runner import LoopRunner
 from app.queue.service import JobService
 from app.queue.waiters import WaiterHub
@@ -16,12 +18,14 @@ from app.wakeup.control import ControlChannel
 
 @dataclass
 class Runtime:
-    """What the lifespan builds: the service, the waiters, the control connection, the loops."""
+    """What the lifespan builds: the service, the waiters, the control connection, the loops, the keys."""
 
     service: JobService
     hub: WaiterHub
     control: ControlChannel
     runner: LoopRunner
+    keys: KeyRing
+    failures: FailureLimiter
     # Called from the signal handler: parked claims answer at once instead of holding the exit.
     begin_shutdown: Callable[[], None]
 

@@ -12,10 +12,12 @@ from fastapi import APIRouter, Request, Response
 from pydantic import AfterValidator, Field, JsonValue
 
 from app.api import schemas as wire
+from app.api.auth import allow_queues, requires
 from app.api.deps import Service
 from app.api.lean import LeanRoute
 from app.api.render import claimed, json_response, lease_results_response
 from app.api.schemas import ClaimResponse, LeaseResults, StrictModel, json_size_at_most
+from app.auth.keys import Permission, Principal
 from app.errors import PROBLEM
 from app.settings import Settings
 
@@ -43,6 +45,9 @@ async def _client_gone(request: Request) -> AsyncIterator[asyncio.Event]:
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await watcher
+
+
+Worker = Annotated[Principal, requires(Permission.WORK)]
 
 
 def build_router(settings: Settings) -> APIRouter:
@@ -106,12 +111,17 @@ def build_router(settings: Settings) -> APIRouter:
         leases: Sequence[ReleaseItem] = Field(min_length=1, max_length=per_call)
 
     @router.post("/claim", response_model=ClaimResponse, responses={422: PROBLEM})
-    async def claim(body: ClaimRequest, service: Service, request: Request) -> Response:
+    async def claim(
+        worker: Worker, body: ClaimRequest, service: Service, request: Request
+    ) -> Response:
         """Leases up to ``max_jobs`` due jobs; each comes with ``lease_id``, ``attempt`` and ``checkpoint``.
 
         With ``wait_seconds`` > 0 the call long-polls: it answers as soon as a job it can take
         exists, or with an empty list when the wait ends (or the instance shuts down).
+        The leases belong to ``worker_id`` within the caller's API key: only the same worker of
+        the same key can heartbeat, complete, fail or release them.
         """
+        allow_queues(worker, body.queues, field="body.queues")
         async with contextlib.AsyncExitStack() as stack:
             # Only a claim that may wait needs to notice the client leaving.
             gone = (
@@ -126,35 +136,44 @@ def build_router(settings: Settings) -> APIRouter:
                 lease_seconds=body.lease_seconds,
                 wait_seconds=body.wait_seconds,
                 stop=gone,
+                key_id=worker.key_id,
             )
         return json_response({"jobs": [claimed(r) for r in rows]})
 
     @router.post("/heartbeat", response_model=LeaseResults, responses={422: PROBLEM})
-    async def heartbeat(body: HeartbeatRequest, service: Service) -> Response:
+    async def heartbeat(worker: Worker, body: HeartbeatRequest, service: Service) -> Response:
         """Extends leases, saving checkpoint and progress under the ownership check."""
         return lease_results_response(
-            await service.heartbeat(worker_id=body.worker_id, items=_items(body.leases))
+            await service.heartbeat(
+                worker_id=body.worker_id, key_id=worker.key_id, items=_items(body.leases)
+            )
         )
 
     @router.post("/complete", response_model=LeaseResults, responses={422: PROBLEM})
-    async def complete(body: CompleteRequest, service: Service) -> Response:
+    async def complete(worker: Worker, body: CompleteRequest, service: Service) -> Response:
         """Completes held jobs; a repeated complete with the same lease answers the same success."""
         return lease_results_response(
-            await service.complete(worker_id=body.worker_id, items=_items(body.leases))
+            await service.complete(
+                worker_id=body.worker_id, key_id=worker.key_id, items=_items(body.leases)
+            )
         )
 
     @router.post("/fail", response_model=LeaseResults, responses={422: PROBLEM})
-    async def fail(body: FailRequest, service: Service) -> Response:
+    async def fail(worker: Worker, body: FailRequest, service: Service) -> Response:
         """Fails attempts: retried after backoff (or ``retry_after_seconds``), or dead."""
         return lease_results_response(
-            await service.fail(worker_id=body.worker_id, items=_items(body.leases))
+            await service.fail(
+                worker_id=body.worker_id, key_id=worker.key_id, items=_items(body.leases)
+            )
         )
 
     @router.post("/release", response_model=LeaseResults, responses={422: PROBLEM})
-    async def release(body: ReleaseRequest, service: Service) -> Response:
+    async def release(worker: Worker, body: ReleaseRequest, service: Service) -> Response:
         """Gives held jobs back to pending without charging the attempt, keeping the checkpoint."""
         return lease_results_response(
-            await service.release(worker_id=body.worker_id, items=_items(body.leases))
+            await service.release(
+                worker_id=body.worker_id, key_id=worker.key_id, items=_items(body.leases)
+            )
         )
 
     return router

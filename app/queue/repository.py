@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-from sqlalchemy import Select, Text, func, literal, select, true
+from sqlalchemy import Select, Text, any_, func, literal, select, true
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -24,6 +24,7 @@ from app.queue.queries import statement
 from app.queue.states import JobStatus
 from app.queue.types import (
     BackoffPolicy,
+    ClaimSlot,
     JobRow,
     LeaseItem,
     LeaseOutcome,
@@ -107,9 +108,9 @@ class Repository:
         conn: Driver,
         *,
         queues: Sequence[str],
-        slots: Sequence[tuple[str, int | None]],
+        slots: Sequence[ClaimSlot],
     ) -> list[JobRow | None]:
-        """Leases up to one due job per slot ``(worker_id, lease_seconds)``, best job to slot 1.
+        """Leases up to one due job per slot (its worker, key and lease length), best job to slot 1.
 
         Answers one entry per slot, in order: the row leased in it, or ``None`` when fewer jobs
         were due than slots asked.
@@ -120,8 +121,9 @@ class Repository:
             {
                 "queues": list(queues),
                 "max_jobs": len(slots),
-                "worker_ids": [worker for worker, _ in slots],
-                "lease_seconds": [lease for _, lease in slots],
+                "worker_ids": [slot.worker_id for slot in slots],
+                "key_ids": [slot.key_id for slot in slots],
+                "lease_seconds": [slot.lease_seconds for slot in slots],
             },
         )
         by_slot: list[JobRow | None] = [None] * len(slots)
@@ -183,7 +185,12 @@ class Repository:
     ) -> list[LeaseOutcome]:
         """For items a transition did not take: replay of the same transition, or lost (in order)."""
         keys = [
-            {"job_id": i["job_id"], "lease_id": i["lease_id"], "worker_id": i["worker_id"]}
+            {
+                "job_id": i["job_id"],
+                "lease_id": i["lease_id"],
+                "worker_id": i["worker_id"],
+                "key_id": i.get("key_id"),
+            }
             for i in items
         ]
         rows = await _fetch(
@@ -231,9 +238,14 @@ class Repository:
         result = await conn.execute(statement("queue_stats").clause)
         return list(result.mappings().all())
 
-    async def worker_list(self, conn: AsyncConnection) -> list[JobRow]:
-        """Workers holding leases now."""
-        result = await conn.execute(statement("worker_list").clause)
+    async def worker_list(
+        self, conn: AsyncConnection, *, queue_patterns: Sequence[str] | None = None
+    ) -> list[JobRow]:
+        """Workers holding leases now; with ``queue_patterns`` (LIKE), only in matching queues."""
+        result = await conn.execute(
+            statement("worker_list").clause,
+            {"queue_patterns": list(queue_patterns) if queue_patterns is not None else None},
+        )
         return list(result.mappings().all())
 
     # -- maintenance -------------------------------------------------------------------------
@@ -339,7 +351,12 @@ def job_list_query(where: ListFilter) -> Select[Any]:
     them: at most ``limit`` rows per pair are read. Without a queue the pairs cover every queue
     the counters know; without a state, every state.
     """
-    if where.queue is None and where.status is None and where.type is None:
+    if (
+        where.queue is None
+        and where.status is None
+        and where.type is None
+        and where.queue_patterns is None
+    ):
         query = select(jobs)
         if where.before_id is not None:
             query = query.where(jobs.c.id < where.before_id)
@@ -356,7 +373,13 @@ def job_list_query(where: ListFilter) -> Select[Any]:
             .render_derived(name="qn")
         )
     else:
-        queue_list = select(queue_counts.c.queue.label("name")).distinct().subquery("qn")
+        known = select(queue_counts.c.queue.label("name")).distinct()
+        if where.queue_patterns is not None:
+            # A scoped key's listing: only the queues its patterns match.
+            known = known.where(
+                queue_counts.c.queue.like(any_(literal(list(where.queue_patterns), ARRAY(Text))))
+            )
+        queue_list = known.subquery("qn")
 
     conditions = [jobs.c.queue == queue_list.c.name, jobs.c.status == state_list.c.status]
     if where.type is not None:

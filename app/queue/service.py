@@ -33,6 +33,7 @@ from app.queue.coalesce import Coalescer
 from app.queue.repository import Driver, Repository
 from app.queue.states import JobStatus, Operation, allowed_from
 from app.queue.types import (
+    ClaimSlot,
     JobRow,
     LeaseItem,
     LeaseOutcome,
@@ -117,7 +118,7 @@ class JobService:
         # Hot statements run, per kind (enqueue, claim, lease_complete ...), for /metrics.
         self.statements: Counter[str] = Counter()
         self._leases: dict[LeaseTransition, Coalescer[LeaseItem, LeaseOutcome]] = {}
-        self._claims: dict[tuple[str, ...], Coalescer[tuple[str, int | None], JobRow | None]] = {}
+        self._claims: dict[tuple[str, ...], Coalescer[ClaimSlot, JobRow | None]] = {}
         self._enqueues: Coalescer[dict[str, Any], tuple[JobRow, bool] | Exception] | None = None
         if coalescing is not None:
             for transition in LeaseTransition:
@@ -333,12 +334,17 @@ class JobService:
         type: str | None,
         limit: int,
         after: str | None,
+        queue_patterns: Sequence[str] | None = None,
     ) -> tuple[list[JobRow], str | None]:
-        """A page of jobs, newest first, and the cursor of the next page (``None`` at the end)."""
+        """A page of jobs, newest first, and the cursor of the next page (``None`` at the end).
+
+        ``queue_patterns`` (SQL LIKE patterns) limits the page to matching queues.
+        """
         where = ListFilter(
             queue=queue,
             status=status,
             type=type,
+            queue_patterns=tuple(queue_patterns) if queue_patterns is not None else None,
             before_id=decode_cursor(after) if after is not None else None,
             limit=limit + 1,
         )
@@ -354,9 +360,13 @@ class JobService:
         """Counts per queue and state."""
         return await self._run(self.repo.queue_stats)
 
-    async def workers(self) -> list[JobRow]:
-        """Workers holding leases now."""
-        return await self._run(self.repo.worker_list)
+    async def workers(self, *, queue_patterns: Sequence[str] | None = None) -> list[JobRow]:
+        """Workers holding leases now; with ``queue_patterns`` (LIKE), only in matching queues."""
+
+        async def work(conn: AsyncConnection) -> list[JobRow]:
+            return await self.repo.worker_list(conn, queue_patterns=queue_patterns)
+
+        return await self._run(work)
 
     async def ping(self) -> None:
         """Fails when the database does not answer (through the hot path's pool)."""
@@ -419,7 +429,7 @@ class JobService:
     # -- workers -----------------------------------------------------------------------------
 
     async def _claim_slots(
-        self, queues: tuple[str, ...], slots: Sequence[tuple[str, int | None]]
+        self, queues: tuple[str, ...], slots: Sequence[ClaimSlot]
     ) -> Sequence[JobRow | None]:
         """One claim statement for the slots of one or many claim requests on these queues."""
 
@@ -430,10 +440,16 @@ class JobService:
         return await self._run_hot(work)
 
     async def _claim_once(
-        self, *, worker_id: str, queues: Sequence[str], max_jobs: int, lease_seconds: int | None
+        self,
+        *,
+        worker_id: str,
+        key_id: int | None,
+        queues: Sequence[str],
+        max_jobs: int,
+        lease_seconds: int | None,
     ) -> list[JobRow]:
         key = tuple(sorted(set(queues)))
-        slots = [(worker_id, lease_seconds)] * max_jobs
+        slots = [ClaimSlot(worker_id, key_id, lease_seconds)] * max_jobs
         if self.coalescing is None:
             taken = await self._claim_slots(key, slots)
         else:
@@ -458,8 +474,12 @@ class JobService:
         lease_seconds: int | None,
         wait_seconds: float = 0,
         stop: asyncio.Event | None = None,
+        key_id: int | None = None,
     ) -> list[JobRow]:
         """Leases up to ``max_jobs`` due jobs; with ``wait_seconds``, long-polls until one comes.
+
+        The leases go to ``worker_id`` within the API key ``key_id`` (``None`` without keys):
+        lease calls must name both.
 
         Concurrent claims on the same queues share one claim statement (coalescing); each gets
         its own leases, best jobs to the earliest claim.
@@ -472,7 +492,11 @@ class JobService:
 
         async def attempt() -> list[JobRow]:
             return await self._claim_once(
-                worker_id=worker_id, queues=queues, max_jobs=max_jobs, lease_seconds=lease_seconds
+                worker_id=worker_id,
+                key_id=key_id,
+                queues=queues,
+                max_jobs=max_jobs,
+                lease_seconds=lease_seconds,
             )
 
         if wait_seconds <= 0 or self.hub.closed:
@@ -492,7 +516,7 @@ class JobService:
                     # The client left while the claim ran: nobody will get these leases, so
                     # hand the jobs straight back (no attempt charged) instead of letting them
                     # wait out the lease.
-                    await self._give_back(worker_id, jobs)
+                    await self._give_back(worker_id, key_id, jobs)
                     return []
                 if jobs:
                     return jobs
@@ -512,30 +536,45 @@ class JobService:
                 for queue in waiter.queues:
                     self.hub.notify(queue, 1)
 
-    async def _give_back(self, worker_id: str, jobs: Sequence[JobRow]) -> None:
+    async def _give_back(self, worker_id: str, key_id: int | None, jobs: Sequence[JobRow]) -> None:
         items = [{"job_id": j["id"], "lease_id": str(j["lease_id"])} for j in jobs]
-        await self.release(worker_id=worker_id, items=items)
+        await self.release(worker_id=worker_id, key_id=key_id, items=items)
 
-    async def heartbeat(self, *, worker_id: str, items: Sequence[LeaseItem]) -> list[LeaseOutcome]:
+    # Each lease call names the worker (its id within the API key ``key_id``, ``None`` without
+    # keys); an item whose lease another worker or key holds answers lease_lost.
+
+    async def heartbeat(
+        self, *, worker_id: str, items: Sequence[LeaseItem], key_id: int | None = None
+    ) -> list[LeaseOutcome]:
         """Extends held leases, saving checkpoint and progress under the ownership check."""
-        return await self._lease(LeaseTransition.HEARTBEAT, worker_id, items)
+        return await self._lease(LeaseTransition.HEARTBEAT, worker_id, key_id, items)
 
-    async def complete(self, *, worker_id: str, items: Sequence[LeaseItem]) -> list[LeaseOutcome]:
+    async def complete(
+        self, *, worker_id: str, items: Sequence[LeaseItem], key_id: int | None = None
+    ) -> list[LeaseOutcome]:
         """Completes held jobs; a repeat with the same lease answers the same success."""
-        return await self._lease(LeaseTransition.COMPLETE, worker_id, items)
+        return await self._lease(LeaseTransition.COMPLETE, worker_id, key_id, items)
 
-    async def fail(self, *, worker_id: str, items: Sequence[LeaseItem]) -> list[LeaseOutcome]:
+    async def fail(
+        self, *, worker_id: str, items: Sequence[LeaseItem], key_id: int | None = None
+    ) -> list[LeaseOutcome]:
         """Fails attempts: retried after a backoff (or ``retry_after_seconds``), or dead."""
-        return await self._lease(LeaseTransition.FAIL, worker_id, items)
+        return await self._lease(LeaseTransition.FAIL, worker_id, key_id, items)
 
-    async def release(self, *, worker_id: str, items: Sequence[LeaseItem]) -> list[LeaseOutcome]:
+    async def release(
+        self, *, worker_id: str, items: Sequence[LeaseItem], key_id: int | None = None
+    ) -> list[LeaseOutcome]:
         """Gives held jobs back without charging the attempt."""
-        return await self._lease(LeaseTransition.RELEASE, worker_id, items)
+        return await self._lease(LeaseTransition.RELEASE, worker_id, key_id, items)
 
     async def _lease(
-        self, transition: LeaseTransition, worker_id: str, items: Sequence[LeaseItem]
+        self,
+        transition: LeaseTransition,
+        worker_id: str,
+        key_id: int | None,
+        items: Sequence[LeaseItem],
     ) -> list[LeaseOutcome]:
-        owned = [{**item, "worker_id": worker_id} for item in items]
+        owned = [{**item, "worker_id": worker_id, "key_id": key_id} for item in items]
         coalescer = self._leases.get(transition)
         if coalescer is None:
             return list(await self._lease_statement(transition, owned))

@@ -25,6 +25,15 @@ class LeaseTransition(enum.StrEnum):
 
 
 @dataclass(frozen=True)
+class ClaimSlot:
+    """One job a claim asks for: who gets its lease (the worker id within its API key), for how long."""
+
+    worker_id: str
+    key_id: int | None = None
+    lease_seconds: int | None = None  # None: the job's own lease length
+
+
+@dataclass(frozen=True)
 class NewJob:
     """One job to enqueue, with defaults already applied by the caller's policy (or left ``None``).
 
@@ -83,6 +92,8 @@ class ListFilter:
     queue: str | None = None
     status: JobStatus | None = None
     type: str | None = None
+    # A scoped key's view: only queues matching these LIKE patterns (None: every queue).
+    queue_patterns: tuple[str, ...] | None = None
     before_id: int | None = None
     limit: int = 50
 

@@ -7,6 +7,10 @@ the service wakes its own waiters in-process right after commit and hands the qu
 this connection, in a transaction that writes no WAL. Other instances LISTEN here and wake their
 waiters; our own notifications are recognised by the instance id and ignored.
 
+The connection also listens on other channels for whoever asks (``listeners``: the key ring
+reloads on ``jobq_keys``); their callbacks run on each notification and after each reconnect,
+since notifications sent while the connection was down are lost.
+
 A notification takes a transaction id and a round trip, so an instance that knows of no other
 sends none. Instances say hello on the channel when they connect, answer a newcomer's hello at
 once, and repeat it as their keep-alive every few seconds; one that has been silent for three
@@ -20,6 +24,7 @@ import contextlib
 import logging
 import random
 import uuid
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from sqlalchemy.exc import DBAPIError
@@ -66,8 +71,10 @@ class ControlChannel:
         repository: Repository,
         hub: WaiterHub,
         coalesce_window: float = COALESCE_WINDOW_SECONDS_DEFAULT,
+        listeners: Mapping[str, Callable[[], object]] | None = None,
     ) -> None:
         self.engine = engine
+        self.listeners = dict(listeners or {})
         self.repo = repository
         self.hub = hub
         self.coalesce_window = coalesce_window
@@ -219,6 +226,8 @@ class ControlChannel:
         raw = await conn.get_raw_connection()
         driver: Any = raw.driver_connection
         await driver.add_listener(CHANNEL, self._on_notification)
+        for channel, callback in self.listeners.items():
+            await driver.add_listener(channel, _calling(callback))
         driver.add_termination_listener(self._on_termination)
         self._conn = conn
         self._driver = driver
@@ -265,6 +274,8 @@ class ControlChannel:
             delay = RECONNECT_MIN_SECONDS
             self._lost.clear()
             self._connected.set()
+            for callback in self.listeners.values():
+                callback()  # whatever changed while we were not listening
             await self._hello()  # other instances learn of us, and answer so we learn of them
             if not first:
                 # Notifications may have been missed while we were away: nobody sleeps through.
@@ -280,3 +291,12 @@ class ControlChannel:
             async with self._io:
                 await self._close()
             self.hub.notify_all()
+
+
+def _calling(callback: Callable[[], object]) -> Callable[[Any, int, str, str], None]:
+    """An asyncpg notification listener that calls ``callback`` (the payload does not matter)."""
+
+    def listener(_conn: Any, _pid: int, _channel: str, _payload: str) -> None:
+        callback()
+
+    return listener

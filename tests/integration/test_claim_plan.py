@@ -35,6 +35,7 @@ async def test_claim_uses_ordered_index_scan_without_backlog_sort(
                 "queues": queues,
                 "max_jobs": 10,
                 "worker_ids": ["w"] * 10,
+                "key_ids": [None] * 10,
                 "lease_seconds": [30] * 10,
             },
         )

@@ -53,12 +53,13 @@ JOIN jobs j ON j.queue = k.queue AND j.idempotency_key = k.idempotency_key;
 SELECT * FROM jobs WHERE id = :id;
 
 -- name: job_claim
--- Leases up to :max_jobs due jobs from the given unpaused queues, best priority first, locking only the rows it takes; slot k goes to worker_ids[k] with lease_seconds[k].
+-- Leases up to :max_jobs due jobs from the given unpaused queues, best priority first, locking only the rows it takes; slot k goes to worker_ids[k] of key_ids[k] with lease_seconds[k].
 -- Each queue is walked in ix_jobs_claimable order (no sort of the backlog). With several queues,
 -- an unlocked look at each queue's head first decides how many jobs each gives (its share of the
 -- best :max_jobs); the locking walk then takes that many per queue, skipping rows others hold.
--- The jobs taken are numbered in claim order: slot k is leased to worker_ids[k] for
--- lease_seconds[k] (NULL: the job's own), so several concurrent claims share one statement.
+-- The jobs taken are numbered in claim order: slot k is leased to worker_ids[k] (of the API
+-- key key_ids[k], NULL without keys) for lease_seconds[k] (NULL: the job's own), so several
+-- concurrent claims share one statement.
 WITH queue_names AS MATERIALIZED (
     SELECT DISTINCT q.name
     FROM unnest(CAST(:queues AS text[])) AS q(name)
@@ -107,6 +108,7 @@ slotted AS (
     SELECT p.id,
            p.slot,
            (CAST(:worker_ids AS text[]))[p.slot] AS worker_id,
+           (CAST(:key_ids AS bigint[]))[p.slot] AS key_id,
            (CAST(:lease_seconds AS int[]))[p.slot] AS lease_seconds
     FROM (SELECT id, row_number() OVER (ORDER BY priority DESC, run_at, id) AS slot
           FROM picked) p
@@ -116,6 +118,7 @@ SET status = 'running',
     attempts = j.attempts + 1,
     lease_id = gen_random_uuid(),
     worker_id = s.worker_id,
+    lease_key_id = s.key_id,
     lease_ended_by = NULL,
     lease_granted_seconds = COALESCE(s.lease_seconds, j.lease_seconds),
     lease_expires_at = now() + make_interval(secs => LEAST(
@@ -134,6 +137,7 @@ WITH items AS MATERIALIZED (
            (t.item->>'job_id')::bigint AS job_id,
            (t.item->>'lease_id')::uuid AS lease_id,
            t.item->>'worker_id' AS worker_id,
+           (t.item->>'key_id')::bigint AS key_id,
            (t.item->>'lease_seconds')::int AS lease_seconds,
            t.item ? 'checkpoint' AS has_checkpoint,
            NULLIF(t.item->'checkpoint', 'null'::jsonb) AS checkpoint,
@@ -154,6 +158,7 @@ SET lease_expires_at = LEAST(
 FROM items i
 WHERE j.id = i.job_id AND j.lease_id = i.lease_id
   AND j.status = 'running' AND j.worker_id = i.worker_id
+  AND j.lease_key_id IS NOT DISTINCT FROM i.key_id
   AND (j.timeout_seconds IS NULL
        OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
 RETURNING i.ord, j.id AS job_id, j.status, j.lease_expires_at;
@@ -165,6 +170,7 @@ WITH items AS MATERIALIZED (
            (t.item->>'job_id')::bigint AS job_id,
            (t.item->>'lease_id')::uuid AS lease_id,
            t.item->>'worker_id' AS worker_id,
+           (t.item->>'key_id')::bigint AS key_id,
            NULLIF(t.item->'result', 'null'::jsonb) AS result
     FROM jsonb_array_elements(CAST(:items AS jsonb)) WITH ORDINALITY AS t(item, ord)
 )
@@ -178,6 +184,7 @@ SET status = 'succeeded',
 FROM items i
 WHERE j.id = i.job_id AND j.lease_id = i.lease_id
   AND j.status = 'running' AND j.worker_id = i.worker_id
+  AND j.lease_key_id IS NOT DISTINCT FROM i.key_id
   AND (j.timeout_seconds IS NULL
        OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
 RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue;
@@ -189,6 +196,7 @@ WITH items AS MATERIALIZED (
            (t.item->>'job_id')::bigint AS job_id,
            (t.item->>'lease_id')::uuid AS lease_id,
            t.item->>'worker_id' AS worker_id,
+           (t.item->>'key_id')::bigint AS key_id,
            left(COALESCE(t.item->>'error', ''), CAST(:error_max_chars AS int)) AS error,
            COALESCE((t.item->>'retryable')::boolean, true) AS retryable,
            (t.item->>'retry_after_seconds')::float8 AS retry_after_seconds,
@@ -221,6 +229,7 @@ SET status = CASE WHEN NOT (i.retryable AND j.attempts < j.max_attempts) THEN 'd
 FROM items i
 WHERE j.id = i.job_id AND j.lease_id = i.lease_id
   AND j.status = 'running' AND j.worker_id = i.worker_id
+  AND j.lease_key_id IS NOT DISTINCT FROM i.key_id
   AND (j.timeout_seconds IS NULL
        OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
 RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue;
@@ -232,6 +241,7 @@ WITH items AS MATERIALIZED (
            (t.item->>'job_id')::bigint AS job_id,
            (t.item->>'lease_id')::uuid AS lease_id,
            t.item->>'worker_id' AS worker_id,
+           (t.item->>'key_id')::bigint AS key_id,
            COALESCE((t.item->>'delay_seconds')::float8, 0) AS delay_seconds,
            t.item ? 'checkpoint' AS has_checkpoint,
            NULLIF(t.item->'checkpoint', 'null'::jsonb) AS checkpoint
@@ -249,6 +259,7 @@ SET status = CASE WHEN i.delay_seconds > 0 THEN 'scheduled' ELSE 'pending' END,
 FROM items i
 WHERE j.id = i.job_id AND j.lease_id = i.lease_id
   AND j.status = 'running' AND j.worker_id = i.worker_id
+  AND j.lease_key_id IS NOT DISTINCT FROM i.key_id
   -- A worker cannot dodge its timeout by releasing: the overrun attempt counts as failed.
   AND (j.timeout_seconds IS NULL
        OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
@@ -262,7 +273,8 @@ WITH items AS MATERIALIZED (
     SELECT t.ord,
            (t.item->>'job_id')::bigint AS job_id,
            (t.item->>'lease_id')::uuid AS lease_id,
-           t.item->>'worker_id' AS worker_id
+           t.item->>'worker_id' AS worker_id,
+           (t.item->>'key_id')::bigint AS key_id
     FROM jsonb_array_elements(CAST(:items AS jsonb)) WITH ORDINALITY AS t(item, ord)
 )
 SELECT i.ord, i.job_id,
@@ -276,7 +288,8 @@ SELECT i.ord, i.job_id,
                 false) AS timed_out
 FROM items i
 LEFT JOIN jobs j ON j.id = i.job_id
-CROSS JOIN LATERAL (SELECT j.lease_id = i.lease_id AND j.worker_id = i.worker_id AS mine) m
+CROSS JOIN LATERAL (SELECT j.lease_id = i.lease_id AND j.worker_id = i.worker_id
+                           AND j.lease_key_id IS NOT DISTINCT FROM i.key_id AS mine) m
 ORDER BY i.ord;
 
 -- name: job_cancel
@@ -308,7 +321,8 @@ WITH target AS (
 ),
 retried AS (
     UPDATE jobs j
-    SET status = 'pending', attempts = 0, run_at = now(), lease_id = NULL, worker_id = NULL,
+    SET status = 'pending', attempts = 0, run_at = now(),
+        lease_id = NULL, worker_id = NULL, lease_key_id = NULL,
         lease_ended_by = NULL, lease_expires_at = NULL, started_at = NULL, finished_at = NULL,
         result = NULL, updated_at = now()
     FROM target t
@@ -476,16 +490,20 @@ LEFT JOIN counts c ON c.queue = n.name
 ORDER BY n.name;
 
 -- name: worker_list
--- Lists the workers holding leases now, with the jobs they hold.
-SELECT worker_id,
+-- Lists the workers holding leases now (a worker is its id within its API key), with the jobs they hold; with :queue_patterns (LIKE patterns), only jobs of matching queues.
+SELECT j.worker_id,
+       k.name AS key_name,
        count(*) AS jobs_held,
-       array_agg(id ORDER BY id) AS job_ids,
-       min(lease_expires_at) AS next_lease_expiry,
-       max(updated_at) AS last_seen_at
-FROM jobs
-WHERE status = 'running'
-GROUP BY worker_id
-ORDER BY worker_id;
+       array_agg(j.id ORDER BY j.id) AS job_ids,
+       min(j.lease_expires_at) AS next_lease_expiry,
+       max(j.updated_at) AS last_seen_at
+FROM jobs j
+LEFT JOIN api_keys k ON k.id = j.lease_key_id
+WHERE j.status = 'running'
+  AND (CAST(:queue_patterns AS text[]) IS NULL
+       OR j.queue LIKE ANY (CAST(:queue_patterns AS text[])))
+GROUP BY j.worker_id, j.lease_key_id, k.name
+ORDER BY j.worker_id, j.lease_key_id;
 
 -- name: maintenance_try_lead
 -- Tries to take the session-level advisory lock that elects the maintenance leader.
