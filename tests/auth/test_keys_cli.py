@@ -1,0 +1,87 @@
+"""``jobq keys``: the secret alone on stdout, listings without secrets, revocation, bad input."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.auth.keys import digest
+from tests.processes import clean_environment
+
+SECRET = re.compile(r"^jobq_[0-9]+_[A-Za-z0-9_-]{43}$")
+
+
+def jobq(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", "keys", *args],
+        env=clean_environment({"DATABASE_URL": database_url}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+async def test_create_prints_the_secret_alone_and_stores_only_its_hash(
+    database_url: str, clean_db: AsyncEngine
+) -> None:
+    made = jobq(
+        database_url,
+        "create",
+        "--role",
+        "worker",
+        "--name",
+        "mailer",
+        "--queues",
+        "emails,billing.*",
+    )
+    assert made.returncode == 0, made.stderr
+    secret = made.stdout.strip()
+    assert made.stdout == secret + "\n"
+    assert SECRET.match(secret)
+    assert "mailer" in made.stderr and secret not in made.stderr
+    async with clean_db.connect() as conn:
+        row = (
+            await conn.execute(
+                text("SELECT role, queues, secret_sha256 FROM api_keys WHERE name = 'mailer'")
+            )
+        ).one()
+        dump = str(
+            (await conn.execute(text("SELECT row_to_json(k)::text FROM api_keys k"))).scalar()
+        )
+    assert row.role == "worker"
+    assert row.queues == ["emails", "billing.*"]
+    assert bytes(row.secret_sha256) == digest(secret)
+    assert secret not in dump and secret.split("_")[-1] not in dump
+
+    listed = jobq(database_url, "list")
+    assert listed.returncode == 0
+    assert "mailer" in listed.stdout and "emails,billing.*" in listed.stdout
+    assert secret not in listed.stdout and secret.split("_")[-1] not in listed.stdout
+
+    assert jobq(database_url, "revoke", "mailer").returncode == 0
+    again = jobq(database_url, "revoke", "mailer")
+    assert again.returncode == 1 and "no live key" in again.stderr
+    assert jobq(database_url, "list").stdout.count("mailer") == 1  # still listed, as revoked
+
+
+async def test_bad_names_scopes_and_taken_names_are_refused(
+    database_url: str, clean_db: AsyncEngine
+) -> None:
+    assert jobq(database_url, "create", "--role", "admin", "--name", "ops").returncode == 0
+    taken = jobq(database_url, "create", "--role", "admin", "--name", "ops")
+    assert taken.returncode == 1 and "exists already" in taken.stderr and taken.stdout == ""
+    bad_scope = jobq(
+        database_url, "create", "--role", "worker", "--name", "w", "--queues", "a;drop"
+    )
+    assert bad_scope.returncode == 2 and "--queues" in bad_scope.stderr
+    bad_name = jobq(database_url, "create", "--role", "worker", "--name", "-x y")
+    assert bad_name.returncode == 2
+    bad_role = jobq(database_url, "create", "--role", "root", "--name", "r")
+    assert bad_role.returncode == 2
+    async with clean_db.connect() as conn:
+        names = (await conn.execute(text("SELECT array_agg(name) FROM api_keys"))).scalar()
+    assert names == ["ops"]

@@ -1,0 +1,54 @@
+"""A revoked key is refused by every instance within a second; a new key works on all at once."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+
+import httpx
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.auth.keys import Role
+from tests.auth.conftest import bearer, make_key
+from tests.processes import JobqServers, clean_environment
+
+REVOCATION_DEADLINE_SECONDS = 1.0
+
+
+async def _status(url: str, secret: str) -> int:
+    async with httpx.AsyncClient(base_url=url, timeout=5.0) as client:
+        return (await client.get("/v1/queues", headers=bearer(secret))).status_code
+
+
+async def test_a_key_revoked_on_the_command_line_is_refused_by_a_second_instance_within_a_second(
+    jobq_servers: JobqServers, database_url: str, clean_db: AsyncEngine
+) -> None:
+    first = await jobq_servers.start()
+    second = await jobq_servers.start()
+    secret = await make_key(clean_db, "ops-viewer", Role.VIEWER)
+    # A key made after the instances started works on both at once (looked up on a miss).
+    assert await _status(first.url, secret) == 200
+    assert await _status(second.url, secret) == 200
+
+    revoking = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "app.cli",
+        "keys",
+        "revoke",
+        "ops-viewer",
+        env=clean_environment({"DATABASE_URL": database_url}),
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, stderr = await asyncio.wait_for(revoking.communicate(), timeout=60)
+    assert revoking.returncode == 0, stderr.decode()
+    committed = time.monotonic()
+    refused_after: dict[str, float] = {}
+    while len(refused_after) < 2 and time.monotonic() - committed < 5:
+        for server in (first, second):
+            if server.url not in refused_after and await _status(server.url, secret) == 401:
+                refused_after[server.url] = time.monotonic() - committed
+        await asyncio.sleep(0.02)
+    assert set(refused_after) == {first.url, second.url}, refused_after
+    assert max(refused_after.values()) <= REVOCATION_DEADLINE_SECONDS, refused_after
