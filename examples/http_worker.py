@@ -36,7 +36,9 @@ def main() -> int:
     worker_id = f"{socket.gethostname()}:{os.getpid()}"
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    with httpx.Client(base_url=base, timeout=30) as http:
+    key = os.environ.get("JOBQ_API_KEY")  # a worker key, once the service has keys
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    with httpx.Client(base_url=base, timeout=30, headers=headers) as http:
         while not stopping:
             try:
                 r = http.post(

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from jobq_client.worker import Worker
 
 URL_ENV = "JOBQ_URL"
+API_KEY_ENV = "JOBQ_API_KEY"
 
 
 class TargetError(Exception):
@@ -55,7 +56,8 @@ def load_worker(target: str) -> Worker:
 def run_worker(target: str, url: str | None = None) -> int:
     """Loads the Worker named by ``target`` and runs it with signal handling; answers the exit code.
 
-    ``url`` (else ``JOBQ_URL``, else the Worker's own ``base_url``) is the service to work for.
+    ``url`` (else ``JOBQ_URL``, else the Worker's own ``base_url``) is the service to work for;
+    ``JOBQ_API_KEY``, when set, is the worker key it sends (else the Worker's own ``api_key``).
     Exit codes: 0 after a graceful stop, 1 when the worker failed, 2 for a bad target.
     """
     if not logging.getLogger().handlers:
@@ -72,6 +74,8 @@ def run_worker(target: str, url: str | None = None) -> int:
     url = url or os.environ.get(URL_ENV)
     if url:
         worker.base_url = url
+    if os.environ.get(API_KEY_ENV):
+        worker.api_key = os.environ[API_KEY_ENV]
     try:
         asyncio.run(worker.run(install_signal_handlers=True))
     except Exception:

@@ -16,8 +16,12 @@ USER_AGENT = "jobq-client/0.1"
 
 
 def _jsonable_time(value: datetime | str) -> str:
-    """An ISO 8601 string for a ``run_at`` (a datetime without zone is read as UTC by the service)."""
-    return value.isoformat() if isinstance(value, datetime) else value
+    """An ISO 8601 string for a ``run_at``; a datetime without zone is refused (it is ambiguous)."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError("run_at needs a timezone, e.g. datetime.now(UTC) + timedelta(...)")
+        return value.isoformat()
+    return value
 
 
 def _problem_of(response: httpx.Response) -> dict[str, Any]:
@@ -48,14 +52,16 @@ class Client:
         *,
         timeout: float = 30.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        api_key: str | None = None,
     ) -> None:
         self.base_url = base_url
         self.timeout = timeout
+        headers = {"user-agent": USER_AGENT}
+        if api_key is not None:
+            # Sent on every request; the service answers 401 without it once keys exist.
+            headers["authorization"] = f"Bearer {api_key}"
         self._http = httpx.AsyncClient(
-            base_url=base_url,
-            timeout=timeout,
-            transport=transport,
-            headers={"user-agent": USER_AGENT},
+            base_url=base_url, timeout=timeout, transport=transport, headers=headers
         )
 
     async def __aenter__(self) -> Self:

@@ -71,6 +71,7 @@ class Worker:
         wait_seconds: float = 20.0,
         heartbeat_interval: float | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        api_key: str | None = None,
     ) -> None:
         queues = ["default"] if queues is None else list(queues)
         if not queues:
@@ -91,6 +92,7 @@ class Worker:
                 "heartbeats can fail before the lease expires"
             )
         self.base_url = base_url
+        self.api_key = api_key  # a worker key: its leases are bound to it
         self.queues = queues
         self.concurrency = concurrency
         self.lease_seconds = lease_seconds
@@ -161,7 +163,12 @@ class Worker:
         self._grace_over = asyncio.Event()
         self._slot_free = asyncio.Event()
         signals = self._install_signal_handlers(loop) if install_signal_handlers else []
-        client = Client(self.base_url, timeout=self.request_timeout, transport=self.transport)
+        client = Client(
+            self.base_url,
+            timeout=self.request_timeout,
+            transport=self.transport,
+            api_key=self.api_key,
+        )
         self._client = client
         self._leases = LeaseKeeper(
             client,
