@@ -20,8 +20,12 @@ loaded) per job. With ``--peers`` each row also runs through PGQueuer in the loa
 database of its own on the same server, and the table adds its jobs/s and jobq ÷ PGQueuer.
 Then: enqueue-to-claim latency with idle long-pollers, claim latency on an empty and on a long
 history (1,000,000 finished rows) with their ratio, and a soak with each instance's RSS growth
-and PostgreSQL's backends. Every run is verified against the database; a failed check
-is printed and the command exits 1. Speed is reported, never asserted.
+and PostgreSQL's backends. Last, one client claims (max_jobs 1) and completes pre-loaded jobs,
+each request timed, without API keys and then with an admin key: claim and complete p50/p99 and
+the servers' CPU per request, with keys less without. Authentication never turns off in a
+running instance, so every round without keys runs before the key is made. Every run is
+verified against the database; a failed check is printed and the command exits 1. Speed is
+reported, never asserted.
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ FULL = {
     "history_rows": 1_000_000,
     "latency_jobs": 1000,
     "claim_samples": 2000,
+    "auth_jobs": 2000,
 }
 SMOKE = {
     "jobs": 600,
@@ -69,6 +74,7 @@ SMOKE = {
     "history_rows": 20_000,
     "latency_jobs": 60,
     "claim_samples": 200,
+    "auth_jobs": 300,
 }
 PG_SETTINGS = ("server_version", "synchronous_commit", "fsync", "shared_buffers", "max_connections")
 
@@ -89,6 +95,11 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--latency-jobs", type=int, help="enqueue->claim samples (default 1000)")
     p.add_argument("--claim-samples", type=int, help="claim latency samples (default 2000)")
+    p.add_argument(
+        "--auth-jobs",
+        type=int,
+        help="claim+complete pairs per run, without and with API keys (default 2000; smoke 300)",
+    )
     p.add_argument(
         "--settle-seconds",
         type=float,
@@ -176,7 +187,8 @@ def print_settings(settings: dict[str, Any]) -> None:
     print(
         "  clients: enqueue single 1 and 16, batch of 500 with 4; drain 1, 4 and 16 workers "
         f"(max_jobs 1 and 50, wait_seconds 0); latency {LATENCY_POLLERS} long-pollers; "
-        f"soak {SOAK_PRODUCERS} producers + {SOAK_WORKERS} workers"
+        f"soak {SOAK_PRODUCERS} producers + {SOAK_WORKERS} workers; claim+complete 1 client "
+        f"({o['auth_jobs']:,} jobs) without and with API keys"
     )
     pgss = settings["pg_stat_statements"]
     print(f"  pg_stat_statements: {'available' if pgss is None else f'unavailable ({pgss})'}")
@@ -245,6 +257,8 @@ def print_results(document: dict[str, Any]) -> None:
             + f"); idle before {sum(soak['backends_before'].values())}, "
             f"after {sum(soak['backends_after'].values())}"
         )
+    if document["auth"]:
+        print("\n".join(report.auth_lines(document["auth"])))
     o = document["settings"]["options"]
     background = document["settings"]["background"]
     if o["settle_seconds"] > 0:
@@ -280,7 +294,12 @@ def print_results(document: dict[str, Any]) -> None:
         "  - xids/job: transaction ids assigned per job (pg_current_snapshot() before and after "
         "every run: exact and immediate, server-wide; only transactions that write or NOTIFY "
         f"take one){xids_background}.\n"
-        f"  - calls/job: {calls_note}."
+        f"  - calls/job: {calls_note}.\n"
+        "  - with and without keys: one client, one request at a time, claim (max_jobs 1) then "
+        "complete of a pre-loaded job, each timed on its own; medians over the rounds of each "
+        "run's p50 and p99. All rounds without keys run first (authentication never turns off in "
+        "a running instance), then an admin key is made and waited for (401 without it on every "
+        "instance); server CPU per request is over both routes."
     )
     if peers:
         print(
@@ -348,12 +367,16 @@ async def run(url: str, server: str, args: argparse.Namespace, started: float) -
             latency = await suite.latency()
             history = await suite.history()
             soak = await suite.soak()
+            # Last: once it has made a key, every instance wants it until it stops.
+            print("claim and complete latency without and with API keys:", flush=True)
+            auth = await suite.auth()
             document = {
                 "settings": settings,
                 "rows": rows,
                 "latency": latency,
                 "history": history,
                 "soak": soak,
+                "auth": auth,
                 "verification": {"passed": not suite.failures, "failures": suite.failures},
                 "duration_seconds": time.monotonic() - started,
             }

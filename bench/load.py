@@ -4,13 +4,14 @@
 
 ``python -m bench`` starts this as a subprocess for every run, so the load is generated neither
 by the orchestrator nor by the server. Workloads: ``enqueue``, ``drain``, ``latency``,
-``claim-latency`` and ``soak`` over HTTP (``bench/workloads.py``); ``raw-enqueue`` and
-``raw-drain`` over asyncpg (``bench/baseline.py``); ``pgqueuer-enqueue`` and ``pgqueuer-drain``
-through PGQueuer in this process (``bench/peers.py``, for ``python -m bench --peers``). The
-answer, one JSON object on stdout, holds the workload's own figures plus, over its timed section,
-the wall seconds, this process's CPU seconds and the CPU seconds of the server processes named in
-``server_pids`` (Linux ``/proc``). It imports neither the service nor SQLAlchemy, so it starts
-fast and stays lean.
+``claim-latency``, ``lease-latency`` and ``soak`` over HTTP (``bench/workloads.py``; each
+sends ``api_key`` as a bearer token when given); ``raw-enqueue`` and ``raw-drain`` over asyncpg
+(``bench/baseline.py``); ``pgqueuer-enqueue`` and ``pgqueuer-drain`` through PGQueuer in this
+process (``bench/peers.py``, for ``python -m bench --peers``). The answer, one JSON object on
+stdout, holds the workload's own figures plus, over its timed section, the wall seconds, this
+process's CPU seconds and the CPU seconds of the server processes named in ``server_pids``
+(Linux ``/proc``). It imports neither the service nor SQLAlchemy, so it starts fast and stays
+lean.
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ def workloads() -> dict[str, Workload]:
         "drain": workloads.drain,
         "latency": workloads.latency,
         "claim-latency": workloads.claim_latency,
+        "lease-latency": workloads.lease_latency,
         "soak": workloads.soak,
         "raw-enqueue": baseline.enqueue,
         "raw-drain": baseline.drain,

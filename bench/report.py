@@ -1,5 +1,5 @@
-"""How ``python -m bench`` prints its figures (one table, then latency, history and soak lines) and
-writes them as JSON (``--json PATH``), so runs can be compared.
+"""How ``python -m bench`` prints its figures (one table, then latency, history, soak and
+with / without keys lines) and writes them as JSON (``--json PATH``), so runs can be compared.
 
 Only formatting: the figures come from ``bench/suite.py``, which measures and verifies them.
 """
@@ -97,6 +97,42 @@ def latency_line(label: str, figures: Mapping[str, Any]) -> str:
         f"{label}: p50 {number(figures.get('p50_ms'), 2)} ms  "
         f"p99 {number(figures.get('p99_ms'), 2)} ms  (n={figures.get('n', 0)})"
     )
+
+
+def signed(value: float | None, digits: int = 2) -> str:
+    """``value`` with its sign (+0.03), or n/a."""
+    if value is None or not math.isfinite(value):
+        return MISSING
+    return f"{value:+.{digits}f}"
+
+
+def auth_lines(auth: Mapping[str, Any]) -> list[str]:
+    """The block comparing claim and complete latency (and server CPU) without and with keys."""
+    without, with_keys = auth.get("without_keys") or {}, auth.get("with_keys") or {}
+    delta = auth.get("delta_ms") or {}
+    waited = [s for s in auth.get("auth_on_seconds") or [] if s is not None]
+    turned_on = (
+        f"authentication on {max(waited):.2f} s after the key committed" if waited else "never on"
+    )
+    lines = [
+        f"claim and complete, 1 client, {auth['jobs']:,} jobs per run, median of "
+        f"{auth['rounds']} round(s), without keys first; {turned_on}:"
+    ]
+    for what in ("claim", "complete"):
+        a, b = without.get(what) or {}, with_keys.get(what) or {}
+        lines.append(
+            f"  {what} latency p50/p99: "
+            f"{number(a.get('p50_ms'), 2)}/{number(a.get('p99_ms'), 2)} ms without keys, "
+            f"{number(b.get('p50_ms'), 2)}/{number(b.get('p99_ms'), 2)} ms with keys "
+            f"({signed(delta.get(f'{what}_p50'))} ms p50)"
+        )
+    lines.append(
+        "  server CPU per request: "
+        f"{number(without.get('server_cpu_ms_per_request'), 3)} ms without keys, "
+        f"{number(with_keys.get('server_cpu_ms_per_request'), 3)} ms with keys "
+        f"({signed(delta.get('server_cpu_per_request'), 3)} ms)"
+    )
+    return lines
 
 
 def megabytes(value: float) -> str:

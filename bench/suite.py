@@ -14,7 +14,9 @@ and 16 clients, batches of 500 with 4 clients, and drains with 1, 4 and 16 worke
 50 at a time. With ``--peers`` each round also runs the row through PGQueuer in the load process
 (``bench/peers.py``), on its own database on the same server, checked the same way. Then:
 enqueue-to-claim latency with idle long-pollers, claim latency on an empty history and after a
-long one, and a soak with each instance's RSS and PostgreSQL's backends.
+long one, and a soak with each instance's RSS and PostgreSQL's backends. Last, claim and complete
+latency of one client without API keys and then with one (:meth:`Suite.auth`): authentication
+turns on once a key exists and never off, so every load from then on sends the key.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import asyncpg
+import httpx
 
 from bench.baseline import APPLICATION_NAME as RAW_APPLICATION_NAME
 from bench.harness import ROOT, JobqProcess, percentile
@@ -47,6 +50,15 @@ CLAIM_BACKLOG = 100
 SOAK_PRODUCERS = 4
 SOAK_WORKERS = 4
 HISTORY_TARGET_RATIO = 1.2
+AUTH_KEY_NAME = "bench-admin"
+AUTH_PROBE_PATH = "/v1/queues"  # needs a key once authentication is on, changes nothing
+# Instances reload their keys on the key table's notification, within milliseconds; the periodic
+# reload (JOBQ_AUTH_REFRESH_SECONDS, 10 s by default) would catch a lost one well within this.
+AUTH_ON_TIMEOUT_SECONDS = 30.0
+AUTH_POLL_SECONDS = 0.01
+# Probes in a row, each on a new connection, that must find authentication on: with
+# JOBQ_WORKERS > 1 an instance is several processes sharing its port, each with its own keys.
+AUTH_CONFIRMATIONS = 5
 LOAD_TIMEOUT_SECONDS = 300.0
 # A PostgreSQL 15+ backend flushes its statistics at most once a second, and an idle one with
 # counts pending waits 10 s (PGSTAT_IDLE_INTERVAL) before flushing them: pg_stat_database shows a
@@ -78,6 +90,7 @@ class Options:
     history_rows: int
     latency_jobs: int
     claim_samples: int
+    auth_jobs: int  # claim + complete pairs per run, without and with API keys
     settle_seconds: float  # 0: do not read xact_commit / pg_stat_statements
     smoke: bool
     peers: bool = False  # also run every row through PGQueuer (bench/peers.py)
@@ -169,6 +182,8 @@ class Suite:
         self.pg_stat_statements: str | None = None  # None: available; else why not
         self.last_jobq_activity = time.monotonic()
         self.background: dict[str, Any] = {}
+        # Set once the auth pair made a key: from then on every HTTP load sends it.
+        self.api_key: str | None = None
 
     @property
     def bases(self) -> list[str]:
@@ -191,7 +206,12 @@ class Suite:
             server.keep_log = True
 
     async def load(self, workload: str, args: dict[str, Any]) -> dict[str, Any]:
-        """Runs ``python -m bench.load workload args`` and answers its JSON."""
+        """Runs ``python -m bench.load workload args`` and answers its JSON.
+
+        HTTP workloads (those given ``bases``) get the API key, once one exists, as ``api_key``.
+        """
+        if self.api_key is not None and "bases" in args:
+            args = {**args, "api_key": self.api_key}
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -661,3 +681,186 @@ class Suite:
             "backends_peak": peak,
             "backends_after": await self.backends(),
         }
+
+    # -- with and without API keys -------------------------------------------------------------
+
+    async def auth(self) -> dict[str, Any]:
+        """Claim and complete latency of one client, every round without API keys, then with one.
+
+        The runs cannot alternate: a running instance turns authentication on once any key
+        exists and never off again, so the rounds without keys all run first (on instances warm
+        from the soak), then an admin key is made in the bench database and, once every instance
+        refuses a request without it (401) and accepts one with it, the rounds run again sending
+        it. Every load after this sends the key (:meth:`load`). Call it last.
+        """
+        rounds, jobs = self.options.rounds, self.options.auth_jobs
+        figures: dict[str, Any] = {
+            "jobs": jobs,
+            "rounds": rounds,
+            "order": "every round without keys first: authentication never turns off again",
+        }
+        # No keep-alive: every probe opens a new connection (see AUTH_CONFIRMATIONS).
+        limits = httpx.Limits(max_keepalive_connections=0)
+        async with httpx.AsyncClient(timeout=10, limits=limits) as client:
+            off = {base: await self.auth_state(client, base) for base in self.bases}
+            if any(state != (200, None) for state in off.values()):
+                self.fail("auth", f"authentication is not off before any key exists: {off}")
+            without = [
+                await self.lease_latency(f"claim+complete without keys, round {i + 1}")
+                for i in range(rounds)
+            ]
+            figures["without_keys"] = lease_summary(without)
+            figures |= await self.turn_auth_on(client)
+        if self.api_key is None:
+            return figures
+        with_keys = [
+            await self.lease_latency(f"claim+complete with keys, round {i + 1}")
+            for i in range(rounds)
+        ]
+        figures["with_keys"] = lease_summary(with_keys)
+        figures["delta_ms"] = {
+            f"{what}_{p}": difference(
+                figures["with_keys"][what][f"{p}_ms"], figures["without_keys"][what][f"{p}_ms"]
+            )
+            for what in ("claim", "complete")
+            for p in ("p50", "p99")
+        } | {
+            "server_cpu_per_request": difference(
+                figures["with_keys"]["server_cpu_ms_per_request"],
+                figures["without_keys"]["server_cpu_ms_per_request"],
+            )
+        }
+        return figures
+
+    async def auth_state(self, client: httpx.AsyncClient, base: str) -> tuple[int, int | None]:
+        """The status of ``GET /v1/queues`` on one instance without a key, and with the key if any."""
+        without = (await client.get(base + AUTH_PROBE_PATH)).status_code
+        if self.api_key is None:
+            return without, None
+        headers = {"Authorization": f"Bearer {self.api_key}"}
+        return without, (await client.get(base + AUTH_PROBE_PATH, headers=headers)).status_code
+
+    async def turn_auth_on(self, client: httpx.AsyncClient) -> dict[str, Any]:
+        """Makes an admin key (``app.auth.store``, which notifies the instances) and waits, with a
+        deadline, until every instance answers 401 without it and 200 with it, ``AUTH_CONFIRMATIONS``
+        times in a row.
+
+        Answers the seconds from the key's commit until each instance first did so for good, and
+        every other (without, with) status pair an instance answered on the way there. On
+        time-out the failure is recorded and ``api_key`` is left unset, so no later load sends it.
+        """
+        from sqlalchemy.ext.asyncio import create_async_engine
+        from sqlalchemy.pool import NullPool
+
+        from app.auth import store
+        from app.auth.keys import Role
+        from app.db import async_url
+
+        engine = create_async_engine(async_url(self.dsn), poolclass=NullPool)
+        try:
+            async with engine.begin() as conn:
+                secret = await store.create_key(
+                    conn, name=AUTH_KEY_NAME, role=Role.ADMIN, queues=None
+                )
+        finally:
+            await engine.dispose()
+        committed = time.monotonic()
+        self.api_key = secret
+        on_after: dict[str, float] = {}
+        # Per instance: when the current run of (401, 200) probes began, and its length.
+        streak: dict[str, tuple[float, int]] = {}
+        seen: dict[str, list[str]] = {base: [] for base in self.bases}
+        deadline = committed + AUTH_ON_TIMEOUT_SECONDS
+        while len(on_after) < len(self.bases):
+            for base in self.bases:
+                if base in on_after:
+                    continue
+                without, with_key = await self.auth_state(client, base)
+                at = time.monotonic() - committed  # when the answers were in: an upper bound
+                if (without, with_key) == (401, 200):
+                    first, length = streak.get(base, (at, 0))
+                    streak[base] = (first, length + 1)
+                    if length + 1 >= AUTH_CONFIRMATIONS:
+                        on_after[base] = first
+                    continue
+                if base in streak:
+                    seen[base].append(f"{without} without the key after a 401")
+                    del streak[base]
+                elif (without, with_key) != (200, 200):  # 200/200: not reloaded yet
+                    seen[base].append(f"{without} without the key, {with_key} with it")
+            if len(on_after) == len(self.bases):
+                break
+            if time.monotonic() > deadline:
+                self.api_key = None
+                self.fail(
+                    "auth",
+                    f"{len(self.bases) - len(on_after)} instance(s) still accept requests "
+                    f"without a key {AUTH_ON_TIMEOUT_SECONDS:g} s after one was made",
+                )
+                break
+            await asyncio.sleep(AUTH_POLL_SECONDS)
+        for base, states in seen.items():
+            for state in dict.fromkeys(states):
+                print(f"  note: {base} answered {state} while authentication turned on")
+        return {
+            "auth_on_seconds": [on_after.get(base) for base in self.bases],
+            "auth_other_states": {base: sorted(set(states)) for base, states in seen.items()},
+        }
+
+    async def lease_latency(self, context: str) -> dict[str, Any]:
+        """One run of the ``lease-latency`` workload on pre-loaded jobs, verified."""
+        n, failed_before = self.options.auth_jobs, len(self.failures)
+        figures: dict[str, Any] = {"keys": self.api_key is not None}
+        try:
+            await self.truncate()
+            await self.preload("jobq", n, f"{context}, pre-load")
+            args = {"queue": QUEUE, "bases": self.bases, "server_pids": self.server_pids, "jobs": n}
+            result = await self.load("lease-latency", args)
+        except LoadFailed as exc:
+            self.fail(context, str(exc))
+            result = None
+        if result is not None:
+            await self.verify_drain(result, n, context)
+            figures |= {
+                "jobs": result["jobs"],
+                "requests": result["requests"],
+                "wall_seconds": result["wall_seconds"],
+                "claim": latency_figures(result["claim_latencies_ms"]),
+                "complete": latency_figures(result["complete_latencies_ms"]),
+                "server_cpu_ms_per_request": (
+                    1000 * result["server_cpu_seconds"] / result["requests"]
+                    if result["requests"]
+                    else None
+                ),
+            }
+            claim, complete = figures["claim"]["p50_ms"], figures["complete"]["p50_ms"]
+            if claim is not None and complete is not None:
+                print(
+                    f"  {context:<52} claim p50 {claim:.2f} ms, complete p50 {complete:.2f} ms",
+                    flush=True,
+                )
+        figures["failures"] = self.failures[failed_before:]
+        return figures
+
+
+def lease_summary(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over the rounds of ``lease-latency`` runs, the runs, and their failed checks."""
+    summary: dict[str, Any] = {
+        what: {
+            "n": sum(run.get(what, {}).get("n", 0) for run in runs),
+            "p50_ms": median([run.get(what, {}).get("p50_ms") for run in runs]),
+            "p99_ms": median([run.get(what, {}).get("p99_ms") for run in runs]),
+        }
+        for what in ("claim", "complete")
+    }
+    summary["server_cpu_ms_per_request"] = median(
+        [run.get("server_cpu_ms_per_request") for run in runs]
+    )
+    summary["failures"] = [line for run in runs for line in run["failures"]]
+    summary["rounds"] = list(runs)
+    return summary
+
+
+def difference(value: float | None, reference: float | None) -> float | None:
+    """``value - reference``, None when either is unknown."""
+    return value - reference if value is not None and reference is not None else None

@@ -4,12 +4,14 @@ Each simulated client owns one keep-alive connection (``bench/http.py``); with s
 instances (``python -m bench --instances 2``) client ``i`` talks to instance ``i % K``. Every
 workload opens its connections before its timed section, records what it sent and got (job ids,
 HTTP errors) for ``python -m bench`` to verify against the database, and marks the timed section
-with the :class:`~bench.load.Meter` it is given.
+with the :class:`~bench.load.Meter` it is given. With ``api_key`` in its arguments every request
+of every workload sends ``Authorization: Bearer <api_key>``.
 
 - :func:`enqueue`: N jobs by ``POST /v1/jobs`` (batch 1) or ``POST /v1/jobs/batch``, C clients;
 - :func:`drain`: W workers loop claim (``max_jobs``) then complete until the queue is empty;
 - :func:`latency`: enqueue response to claim response with idle long-pollers (``wait_seconds`` 20);
 - :func:`claim_latency`: one ``POST /v1/claim`` (max_jobs 1) at a time on a small backlog;
+- :func:`lease_latency`: one client claims (max_jobs 1) then completes, each request timed;
 - :func:`soak`: producers and workers for a while, then a drain of what is left.
 """
 
@@ -27,9 +29,12 @@ JOB_TYPE = "bench"
 LEASE_SECONDS = 30
 
 
-def connections(bases: Sequence[str], n: int) -> list[Connection]:
-    """``n`` connections, spread round-robin over the instances."""
-    return [Connection(bases[i % len(bases)]) for i in range(n)]
+def connections(args: dict[str, Any], n: int) -> list[Connection]:
+    """``n`` connections, spread round-robin over the instances (``bases``), sending ``api_key``."""
+    bases: Sequence[str] = args["bases"]
+    key: str | None = args.get("api_key")
+    headers = {"Authorization": f"Bearer {key}"} if key else None
+    return [Connection(bases[i % len(bases)], headers=headers) for i in range(n)]
 
 
 async def open_all(conns: Sequence[Connection]) -> None:
@@ -81,7 +86,7 @@ async def enqueue(args: dict[str, Any], meter: Meter, errors: Errors) -> dict[st
     """Enqueues ``jobs`` jobs from ``clients`` clients, ``batch`` per request (1: ``POST /v1/jobs``)."""
     queue, batch = args["queue"], int(args["batch"])
     numbers = Counter(int(args["jobs"]))
-    conns = connections(args["bases"], int(args["clients"]))
+    conns = connections(args, int(args["clients"]))
     created: list[int] = []
     requests = 0
 
@@ -126,7 +131,7 @@ async def drain(args: dict[str, Any], meter: Meter, errors: Errors) -> dict[str,
     """
     queue, max_jobs = args["queue"], int(args["max_jobs"])
     wait_seconds = float(args.get("wait_seconds", 0))
-    conns = connections(args["bases"], int(args["workers"]))
+    conns = connections(args, int(args["workers"]))
     completed: list[int] = []
     requests = 0
 
@@ -181,8 +186,8 @@ async def latency(args: dict[str, Any], meter: Meter, errors: Errors) -> dict[st
     """
     queue, jobs = args["queue"], int(args["jobs"])
     interval, timeout = float(args["interval_seconds"]), float(args.get("timeout_seconds", 10))
-    pollers = connections(args["bases"], int(args["pollers"]))
-    producers = connections(args["bases"], len(args["bases"]))
+    pollers = connections(args, int(args["pollers"]))
+    producers = connections(args, len(args["bases"]))
     claimed: dict[int, float] = {}
     arrived: dict[int, asyncio.Future[None]] = {}
     loop = asyncio.get_running_loop()
@@ -247,7 +252,7 @@ async def claim_latency(args: dict[str, Any], meter: Meter, errors: Errors) -> d
     and one new job enqueued (neither timed), so the backlog stays the same size.
     """
     queue, samples_wanted = args["queue"], int(args["samples"])
-    conns = connections(args["bases"], len(args["bases"]))
+    conns = connections(args, len(args["bases"]))
     await open_all(conns)
     preload = int(args.get("preload", 0))
     if preload:
@@ -288,6 +293,71 @@ async def claim_latency(args: dict[str, Any], meter: Meter, errors: Errors) -> d
     return {"jobs": len(samples), "requests": 3 * len(samples), "latencies_ms": samples}
 
 
+async def lease_latency(args: dict[str, Any], meter: Meter, errors: Errors) -> dict[str, Any]:
+    """One client claims one job (max_jobs 1) then completes it, ``jobs`` times; times each request.
+
+    The jobs are pre-loaded. Requests go one at a time, job ``n`` to instance ``n % K`` (claim
+    and complete on the same connection); the claim and the complete latencies are recorded
+    separately. Stops early at an empty claim (the pre-load was short: the check will say so).
+    """
+    queue, jobs = args["queue"], int(args["jobs"])
+    conns = connections(args, len(args["bases"]))
+    await open_all(conns)
+    worker_id = "bench-lease-latency"
+    claim = {
+        "worker_id": worker_id,
+        "queues": [queue],
+        "max_jobs": 1,
+        "lease_seconds": LEASE_SECONDS,
+        "wait_seconds": 0,
+    }
+    claim_ms: list[float] = []
+    complete_ms: list[float] = []
+    completed: list[int] = []
+    requests = 0
+    meter.start()
+    for n in range(jobs):
+        conn = conns[n % len(conns)]
+        started = time.perf_counter()
+        response = await post(conn, "/v1/claim", claim, errors)
+        elapsed = (time.perf_counter() - started) * 1000
+        requests += 1
+        if response is None or response.status != 200:
+            if response is not None:
+                errors.add(refused("claim", response))
+            continue
+        claimed = response.json()["jobs"]
+        if len(claimed) != 1:
+            errors.add(f"claim {n + 1} of {jobs} answered {len(claimed)} jobs, not 1")
+            break
+        claim_ms.append(elapsed)
+        lease = {"job_id": claimed[0]["id"], "lease_id": claimed[0]["lease_id"]}
+        body = {"worker_id": worker_id, "leases": [lease]}
+        started = time.perf_counter()
+        done = await post(conn, "/v1/complete", body, errors)
+        elapsed = (time.perf_counter() - started) * 1000
+        requests += 1
+        if done is None or done.status != 200:
+            if done is not None:
+                errors.add(refused("complete", done))
+            continue
+        complete_ms.append(elapsed)
+        for item in done.json()["results"]:
+            if item["ok"] and item["status"] == "succeeded":
+                completed.append(item["job_id"])
+            else:
+                errors.add(f"complete answered {item}")
+    meter.stop()
+    await close_all(conns)
+    return {
+        "jobs": len(completed),
+        "requests": requests,
+        "completed_ids": completed,
+        "claim_latencies_ms": claim_ms,
+        "complete_latencies_ms": complete_ms,
+    }
+
+
 async def soak(args: dict[str, Any], meter: Meter, errors: Errors) -> dict[str, Any]:
     """Producers enqueue single jobs for ``seconds`` while workers claim and complete; then drain.
 
@@ -297,8 +367,8 @@ async def soak(args: dict[str, Any], meter: Meter, errors: Errors) -> dict[str, 
     queue, seconds = args["queue"], float(args["seconds"])
     max_jobs = int(args.get("max_jobs", 10))
     drain_timeout = float(args.get("drain_timeout_seconds", 60))
-    producer_conns = connections(args["bases"], int(args["producers"]))
-    worker_conns = connections(args["bases"], int(args["workers"]))
+    producer_conns = connections(args, int(args["producers"]))
+    worker_conns = connections(args, int(args["workers"]))
     enqueued: list[int] = []
     completed: list[int] = []
     requests = 0

@@ -1,7 +1,9 @@
 """``python -m bench --smoke`` runs end to end on the test session's PostgreSQL and verifies itself.
 
 Speed is never asserted: only that every workload ran, produced positive figures and passed the
-benchmark's own verification (every enqueue counted, every drained job succeeded exactly once).
+benchmark's own verification (every enqueue counted, every drained job succeeded exactly once),
+and that the claim and complete latency block without and with API keys is printed, its runs
+with keys having sent the key and passed the same checks.
 """
 
 from __future__ import annotations
@@ -83,4 +85,19 @@ def test_bench_smoke_runs_and_verifies(pg_server_url: str, tmp_path: Path) -> No
     assert soak["completed"] == soak["enqueued"] > 0
     assert all(rss > 0 for rss in soak["rss_start_bytes"] + soak["rss_end_bytes"])
     assert sum(soak["backends_peak"].values()) > 0
+
+    # Claim and complete without keys, then with an admin key once every instance wanted it.
+    auth = figures["auth"]
+    samples = auth["jobs"] * auth["rounds"]
+    assert auth["jobs"] == figures["settings"]["options"]["auth_jobs"] > 0
+    assert all(seconds is not None for seconds in auth["auth_on_seconds"])
+    for phase, keys in (("without_keys", False), ("with_keys", True)):
+        assert auth[phase]["failures"] == [], phase
+        assert [run["keys"] for run in auth[phase]["rounds"]] == [keys] * auth["rounds"], phase
+        for what in ("claim", "complete"):
+            assert auth[phase][what]["n"] == samples, (phase, what)
+            assert auth[phase][what]["p50_ms"] > 0, (phase, what)
+    assert "claim latency p50/p99: " in output
+    assert "complete latency p50/p99: " in output
+    assert "ms with keys (" in output
     assert "VERIFICATION FAILED" not in output
