@@ -213,7 +213,7 @@ def create_app(settings: Settings) -> FastAPI:
     for router in (
         jobs.build_router(settings),
         workers.build_router(settings),
-        ops.router,
+        ops.build_router(settings),
         metrics.build_router(state),
     ):
         app.router.routes.extend(router.routes)

@@ -83,6 +83,15 @@ class Settings(BaseSettings):
     )
     max_json_depth: int = Field(default=64, ge=2, le=500, description="Deepest JSON nesting.")
     claim_max_jobs: int = Field(default=100, ge=1, le=1000, description="Jobs per claim.")
+    claim_max_queues: int = Field(default=100, ge=1, le=1000, description="Queues one claim names.")
+    queue_name_max_chars: int = Field(
+        default=128, ge=1, le=1024, description="Longest queue name (letters, digits, _ . : -)."
+    )
+    type_max_chars: int = Field(default=255, ge=1, le=4096, description="Longest job type.")
+    worker_id_max_chars: int = Field(default=255, ge=1, le=4096, description="Longest worker id.")
+    idempotency_key_max_chars: int = Field(
+        default=255, ge=1, le=4096, description="Longest idempotency key."
+    )
     batch_max_jobs: int = Field(default=1000, ge=1, le=10000, description="Jobs per batch enqueue.")
     lease_batch_max: int = Field(
         default=1000,

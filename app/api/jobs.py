@@ -3,6 +3,7 @@
 # No ``from __future__ import annotations`` here: the endpoints are annotated with request models
 # built for the app's settings inside build_router, which FastAPI must see as classes.
 
+from collections.abc import Sequence
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response, status
@@ -14,12 +15,9 @@ from app.api.deps import Service
 from app.api.lean import LeanRoute
 from app.api.render import job, jobs_response, json_response
 from app.api.schemas import (
-    EnqueueRequest,
-    IdempotencyKey,
     Job,
     JobBatch,
     JobPage,
-    QueueName,
     new_job,
 )
 from app.auth.keys import Permission, Principal
@@ -33,10 +31,23 @@ def build_router(settings: Settings) -> APIRouter:
     """The producer routes, validating against this app's limits (and documenting them)."""
     router = APIRouter(prefix="/v1/jobs", tags=["jobs"], route_class=LeanRoute)
 
+    queue_max = settings.queue_name_max_chars
+    Queue = Annotated[str, wire.queue_name_rule(queue_max), wire.queue_name_doc(queue_max)]
+    Key = Annotated[str, wire.at_most(settings.idempotency_key_max_chars)]
+
     # Named as on the wire: OpenAPI names its components after these classes.
+    class EnqueueRequest(wire.EnqueueRequest):
+        __doc__ = wire.EnqueueRequest.__doc__
+        queue: Queue = "default"
+        type: Annotated[str, wire.at_most(settings.type_max_chars)]
+        idempotency_key: Key | None = Field(
+            default=None,
+            description=wire.EnqueueRequest.model_fields["idempotency_key"].description,
+        )
+
     class EnqueueBatchRequest(wire.EnqueueBatchRequest):
         __doc__ = wire.EnqueueBatchRequest.__doc__
-        jobs: list[EnqueueRequest] = Field(min_length=1, max_length=settings.batch_max_jobs)
+        jobs: Sequence[EnqueueRequest] = Field(min_length=1, max_length=settings.batch_max_jobs)
 
     @router.post(
         "",
@@ -52,7 +63,7 @@ def build_router(settings: Settings) -> APIRouter:
         body: EnqueueRequest,
         service: Service,
         idempotency_key: Annotated[
-            IdempotencyKey | None,
+            Key | None,
             Header(
                 alias="Idempotency-Key",
                 description="Same as the body's idempotency_key (they must agree when both "
@@ -121,12 +132,12 @@ def build_router(settings: Settings) -> APIRouter:
     async def list_jobs(
         caller: Annotated[Principal, requires(Permission.READ_JOBS)],
         service: Service,
-        queue: QueueName | None = None,
+        queue: Queue | None = None,
         status: JobStatus | None = None,
         type: Annotated[
             str | None,
             # No NUL: text columns cannot hold it, so it would only fail inside PostgreSQL.
-            Query(min_length=1, max_length=255, pattern=r"^[^\x00]+$"),
+            Query(min_length=1, max_length=settings.type_max_chars, pattern=r"^[^\x00]+$"),
         ] = None,
         limit: Annotated[int, Query(ge=1, le=settings.list_max_limit)] = 50,
         after: Annotated[

@@ -1,6 +1,7 @@
 """Ops endpoints: queue counts, pause / resume, who holds what, health and readiness."""
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` here: the path type is built for the app's settings
+# inside build_router, which FastAPI must see as a type.
 
 from typing import Annotated
 
@@ -11,77 +12,80 @@ from app.api.deps import Runtime, Service
 from app.api.schemas import (
     Health,
     QueueList,
-    QueueName,
     QueueState,
     QueueStats,
     WorkerInfo,
     WorkerList,
+    queue_name_doc,
+    queue_name_rule,
 )
 from app.api.strict_json import StrictJSONRoute
 from app.auth.keys import Permission, Principal
 from app.errors import PROBLEM, DatabaseUnavailable, NotReady
-
-router = APIRouter(tags=["ops"], route_class=StrictJSONRoute)
+from app.settings import Settings
 
 Observer = Annotated[Principal, requires(Permission.OBSERVE)]
 Operator = Annotated[Principal, requires(Permission.OPERATE)]
 
 
-@router.get("/v1/queues", response_model=QueueList)
-async def list_queues(caller: Observer, service: Service) -> QueueList:
-    """Counts per state for every queue, the oldest due job's age and last-minute throughput.
+def build_router(settings: Settings) -> APIRouter:
+    """The ops routes, validating queue names against this app's limits (and documenting them)."""
+    router = APIRouter(tags=["ops"], route_class=StrictJSONRoute)
+    queue_max = settings.queue_name_max_chars
+    Queue = Annotated[str, queue_name_rule(queue_max), queue_name_doc(queue_max)]
 
-    A key scoped to some queues sees only those.
-    """
-    return QueueList(
-        queues=[
-            QueueStats.model_validate(dict(r))
-            for r in await service.queue_stats()
-            if caller.covers(r["name"])
-        ]
-    )
+    @router.get("/v1/queues", response_model=QueueList)
+    async def list_queues(caller: Observer, service: Service) -> QueueList:
+        """Counts per state for every queue, the oldest due job's age and last-minute throughput.
 
-
-@router.post("/v1/queues/{name}/pause", response_model=QueueState, responses={422: PROBLEM})
-async def pause_queue(caller: Operator, name: QueueName, service: Service) -> QueueState:
-    """Stops claims from this queue (running jobs carry on)."""
-    allow_queue(caller, name, field="path.name")
-    return QueueState.model_validate(dict(await service.set_paused(name, paused=True)))
-
-
-@router.post("/v1/queues/{name}/resume", response_model=QueueState, responses={422: PROBLEM})
-async def resume_queue(caller: Operator, name: QueueName, service: Service) -> QueueState:
-    """Lets claims take jobs from this queue again."""
-    allow_queue(caller, name, field="path.name")
-    return QueueState.model_validate(dict(await service.set_paused(name, paused=False)))
-
-
-@router.get("/v1/workers", response_model=WorkerList)
-async def list_workers(caller: Observer, service: Service) -> WorkerList:
-    """Workers holding leases now (a worker is its id within its API key), with their job ids.
-
-    A key scoped to some queues sees only the jobs of those queues.
-    """
-    rows = await service.workers(queue_patterns=caller.like_patterns())
-    return WorkerList(workers=[WorkerInfo.model_validate(dict(r)) for r in rows])
-
-
-@router.get("/healthz", response_model=Health)
-async def healthz() -> Health:
-    """The process is up (does not touch the database)."""
-    return Health(status="ok")
-
-
-@router.get("/readyz", response_model=Health, responses={503: PROBLEM})
-async def readyz(runtime: Runtime) -> Health:
-    """The process can serve: the database answers and no background loop it runs has stalled."""
-    try:
-        await runtime.service.ping()
-    except (OSError, TimeoutError) as exc:
-        raise DatabaseUnavailable(f"database unreachable: {exc}") from exc
-    stalled = runtime.runner.stalled()
-    if stalled:
-        raise NotReady(
-            "background loops have not finished a batch in time: " + ", ".join(sorted(stalled))
+        A key scoped to some queues sees only those.
+        """
+        return QueueList(
+            queues=[
+                QueueStats.model_validate(dict(r))
+                for r in await service.queue_stats()
+                if caller.covers(r["name"])
+            ]
         )
-    return Health(status="ok")
+
+    @router.post("/v1/queues/{name}/pause", response_model=QueueState, responses={422: PROBLEM})
+    async def pause_queue(caller: Operator, name: Queue, service: Service) -> QueueState:
+        """Stops claims from this queue (running jobs carry on)."""
+        allow_queue(caller, name, field="path.name")
+        return QueueState.model_validate(dict(await service.set_paused(name, paused=True)))
+
+    @router.post("/v1/queues/{name}/resume", response_model=QueueState, responses={422: PROBLEM})
+    async def resume_queue(caller: Operator, name: Queue, service: Service) -> QueueState:
+        """Lets claims take jobs from this queue again."""
+        allow_queue(caller, name, field="path.name")
+        return QueueState.model_validate(dict(await service.set_paused(name, paused=False)))
+
+    @router.get("/v1/workers", response_model=WorkerList)
+    async def list_workers(caller: Observer, service: Service) -> WorkerList:
+        """Workers holding leases now (a worker is its id within its API key), with their job ids.
+
+        A key scoped to some queues sees only the jobs of those queues.
+        """
+        rows = await service.workers(queue_patterns=caller.like_patterns())
+        return WorkerList(workers=[WorkerInfo.model_validate(dict(r)) for r in rows])
+
+    @router.get("/healthz", response_model=Health)
+    async def healthz() -> Health:
+        """The process is up (does not touch the database)."""
+        return Health(status="ok")
+
+    @router.get("/readyz", response_model=Health, responses={503: PROBLEM})
+    async def readyz(runtime: Runtime) -> Health:
+        """The process can serve: the database answers and no background loop it runs has stalled."""
+        try:
+            await runtime.service.ping()
+        except (OSError, TimeoutError) as exc:
+            raise DatabaseUnavailable(f"database unreachable: {exc}") from exc
+        stalled = runtime.runner.stalled()
+        if stalled:
+            raise NotReady(
+                "background loops have not finished a batch in time: " + ", ".join(sorted(stalled))
+            )
+        return Health(status="ok")
+
+    return router

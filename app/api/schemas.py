@@ -47,6 +47,7 @@ from app.queue.bounds import (
 )
 from app.queue.states import JobStatus
 from app.queue.types import NewJob
+from app.settings import setting_default
 
 
 def _in_window(value: datetime | None) -> datetime | None:
@@ -67,14 +68,30 @@ def _date_time_text(value: Any) -> Any:
     raise ValueError("must be an RFC 3339 date-time with an offset, e.g. 2030-01-01T00:00:00Z")
 
 
-QueueName = Annotated[
-    str,
-    StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"),
-    Field(description="Queue name: a letter or digit, then up to 127 of letters, digits, _ . : -"),
-]
-JobType = Annotated[str, StringConstraints(min_length=1, max_length=255)]
-WorkerId = Annotated[str, StringConstraints(min_length=1, max_length=255)]
-IdempotencyKey = Annotated[str, StringConstraints(min_length=1, max_length=255)]
+def queue_name_rule(max_chars: int) -> StringConstraints:
+    """What a queue name at most ``max_chars`` long looks like (``JOBQ_QUEUE_NAME_MAX_CHARS``)."""
+    return StringConstraints(pattern=rf"^[A-Za-z0-9][A-Za-z0-9_.:-]{{0,{max_chars - 1}}}$")
+
+
+def queue_name_doc(max_chars: int) -> Any:
+    """How OpenAPI describes such a queue name."""
+    return Field(
+        description=f"Queue name: a letter or digit, then up to {max_chars - 1} of letters, "
+        "digits, _ . : -"
+    )
+
+
+def at_most(max_chars: int) -> StringConstraints:
+    """A non-empty string at most ``max_chars`` long."""
+    return StringConstraints(min_length=1, max_length=max_chars)
+
+
+# The types with the default limits; routers build their models with their settings' limits.
+_QUEUE_MAX: int = setting_default("queue_name_max_chars")
+QueueName = Annotated[str, queue_name_rule(_QUEUE_MAX), queue_name_doc(_QUEUE_MAX)]
+JobType = Annotated[str, at_most(setting_default("type_max_chars"))]
+WorkerId = Annotated[str, at_most(setting_default("worker_id_max_chars"))]
+IdempotencyKey = Annotated[str, at_most(setting_default("idempotency_key_max_chars"))]
 JobId = Annotated[int, Field(ge=1, le=MAX_BIGINT)]
 LeaseSeconds = Annotated[
     int, Field(ge=1, le=LEASE_SECONDS_MAX, description=f"Lease length, 1 to {LEASE_SECONDS_MAX} s.")
@@ -179,7 +196,7 @@ def new_job(request: EnqueueRequest) -> NewJob:
 class EnqueueBatchRequest(StrictModel):
     """Jobs to enqueue in one transaction, all or nothing."""
 
-    jobs: list[EnqueueRequest] = Field(min_length=1)
+    jobs: Sequence[EnqueueRequest] = Field(min_length=1)
 
 
 class Job(BaseModel):
@@ -229,7 +246,7 @@ class ClaimRequest(StrictModel):
     """A worker asking for up to ``max_jobs`` leases."""
 
     worker_id: WorkerId
-    queues: list[QueueName] = Field(min_length=1, max_length=100)
+    queues: list[QueueName] = Field(min_length=1, max_length=setting_default("claim_max_queues"))
     max_jobs: int = Field(default=1, ge=1)
     lease_seconds: LeaseSeconds | None = Field(
         default=None, description="Lease for these claims; default: each job's own."

@@ -69,9 +69,15 @@ def build_router(settings: Settings) -> APIRouter:
         ),
     ]
 
+    WorkerId = Annotated[str, wire.at_most(settings.worker_id_max_chars)]
+    queue_max = settings.queue_name_max_chars
+    Queue = Annotated[str, wire.queue_name_rule(queue_max), wire.queue_name_doc(queue_max)]
+
     # Named as on the wire: OpenAPI names its components after these classes.
     class ClaimRequest(wire.ClaimRequest):
         __doc__ = wire.ClaimRequest.__doc__
+        worker_id: WorkerId
+        queues: list[Queue] = Field(min_length=1, max_length=settings.claim_max_queues)
         max_jobs: int = Field(default=1, ge=1, le=settings.claim_max_jobs)
         wait_seconds: float = Field(
             default=0,
@@ -96,18 +102,22 @@ def build_router(settings: Settings) -> APIRouter:
 
     class HeartbeatRequest(wire.HeartbeatRequest):
         __doc__ = wire.HeartbeatRequest.__doc__
+        worker_id: WorkerId
         leases: Sequence[HeartbeatItem] = Field(min_length=1, max_length=per_call)
 
     class CompleteRequest(wire.CompleteRequest):
         __doc__ = wire.CompleteRequest.__doc__
+        worker_id: WorkerId
         leases: Sequence[wire.CompleteItem] = Field(min_length=1, max_length=per_call)
 
     class FailRequest(wire.FailRequest):
         __doc__ = wire.FailRequest.__doc__
+        worker_id: WorkerId
         leases: Sequence[FailItem] = Field(min_length=1, max_length=per_call)
 
     class ReleaseRequest(wire.ReleaseRequest):
         __doc__ = wire.ReleaseRequest.__doc__
+        worker_id: WorkerId
         leases: Sequence[ReleaseItem] = Field(min_length=1, max_length=per_call)
 
     @router.post("/claim", response_model=ClaimResponse, responses={422: PROBLEM})
