@@ -83,6 +83,9 @@ class JobqAPI(FastAPI):
     body_limit_bytes: int = 1024 * 1024
     # Origins CORS allows; empty: no CORS headers at all (browsers keep other origins out).
     cors_origins: Sequence[str] = ()
+    # Wrappers around everything, fast path included (request ids, timings): the first listed
+    # is the outermost.
+    outer: Sequence[Callable[[ASGIApp], ASGIApp]] = ()
 
     def openapi(self) -> dict[str, Any]:
         """FastAPI's document, with the problem answers given around the routes."""
@@ -106,4 +109,6 @@ class JobqAPI(FastAPI):
                 allow_credentials=False,
                 max_age=600,
             )
+        for wrap in reversed(self.outer):
+            app = wrap(app)
         return app

@@ -34,6 +34,7 @@ from app.queue.repository import Driver, Repository
 from app.queue.states import JobStatus, Operation, allowed_from
 from app.queue.types import (
     ClaimSlot,
+    JobEvent,
     JobRow,
     LeaseItem,
     LeaseOutcome,
@@ -45,6 +46,7 @@ from app.queue.types import (
 from app.queue.waiters import WaiterHub
 
 Announce = Callable[[str, int], object]
+Observer = Callable[[Sequence[JobEvent]], object]
 
 T = TypeVar("T")
 
@@ -117,6 +119,8 @@ class JobService:
         self.coalescing = coalescing
         # Hot statements run, per kind (enqueue, claim, lease_complete ...), for /metrics.
         self.statements: Counter[str] = Counter()
+        # Called with the job events of each committed change (metrics, logs); must not block.
+        self.observers: list[Observer] = []
         self._leases: dict[LeaseTransition, Coalescer[LeaseItem, LeaseOutcome]] = {}
         self._claims: dict[tuple[str, ...], Coalescer[ClaimSlot, JobRow | None]] = {}
         self._enqueues: Coalescer[dict[str, Any], tuple[JobRow, bool] | Exception] | None = None
@@ -187,6 +191,11 @@ class JobService:
                 await self.pool.release(conn)
         raise RuntimeError("unreachable: the last attempt returns or raises")
 
+    def _emit(self, events: Sequence[JobEvent]) -> None:
+        if events:
+            for observer in self.observers:
+                observer(events)
+
     def _announce_counts(self, queues: Iterable[str]) -> None:
         for queue, count in Counter(queues).items():
             self.announce(queue, count)
@@ -247,7 +256,14 @@ class JobService:
         return answered
 
     def _announce_created(self, answered: Sequence[tuple[JobRow, bool] | Exception]) -> None:
-        """Wakes waiters for the due jobs a committed enqueue created."""
+        """Tells observers of the jobs a committed enqueue created; wakes waiters for the due ones."""
+        self._emit(
+            [
+                JobEvent("enqueued", a[0]["id"], a[0]["queue"], status=a[0]["status"])
+                for a in answered
+                if isinstance(a, tuple) and a[1]
+            ]
+        )
         self._announce_counts(
             a[0]["queue"]
             for a in answered
@@ -390,6 +406,8 @@ class JobService:
         if outcome is None:
             raise NotFound(f"job {job_id} not found")
         status = outcome.job["status"]
+        if outcome.changed:
+            self._emit([JobEvent("cancelled", job_id, outcome.job["queue"], status=status)])
         if outcome.changed or status == JobStatus.CANCELLED:
             return outcome.job
         raise InvalidTransition(
@@ -409,6 +427,9 @@ class JobService:
             raise NotFound(f"job {job_id} not found")
         if outcome.changed:
             self.announce(outcome.job["queue"], 1)
+            self._emit(
+                [JobEvent("retried", job_id, outcome.job["queue"], status=outcome.job["status"])]
+            )
             return outcome.job
         raise InvalidTransition(
             f"job {job_id} is {outcome.job['status']}; only {_states(Operation.RETRY)} jobs can "
@@ -463,7 +484,22 @@ class JobService:
             finally:
                 if claims.idle and self._claims.get(key) is claims:
                     del self._claims[key]
-        return [row for row in taken if row is not None]
+        claimed = [row for row in taken if row is not None]
+        self._emit(
+            [
+                JobEvent(
+                    "claimed",
+                    row["id"],
+                    row["queue"],
+                    status=row["status"],
+                    worker_id=worker_id,
+                    key_id=key_id,
+                    attempt=row["attempts"],
+                )
+                for row in claimed
+            ]
+        )
+        return claimed
 
     async def claim(
         self,
@@ -599,20 +635,36 @@ class JobService:
             LeaseTransition.RELEASE: self.repo.job_release,
         }[transition]
 
-        async def work(conn: Driver) -> list[LeaseOutcome]:
+        async def work(conn: Driver) -> tuple[list[LeaseOutcome], set[int]]:
             taken = await statement(conn, items=items)
             missed = [i for i in range(len(items)) if i not in taken]
             if not missed:
-                return [taken[i] for i in range(len(items))]
+                return [taken[i] for i in range(len(items))], set(taken)
             verdicts = await self.repo.job_lease_verdict(
                 conn, transition=transition, items=[items[i] for i in missed]
             )
             judged = dict(zip(missed, verdicts, strict=True))
-            return [taken[i] if i in taken else judged[i] for i in range(len(items))]
+            outcomes = [taken[i] if i in taken else judged[i] for i in range(len(items))]
+            return outcomes, set(taken)
 
         self.statements[f"lease_{transition.value}"] += 1
-        outcomes = await self._run_hot(work)
+        outcomes, changed = await self._run_hot(work)
         self._announce_counts(o.queue for o in outcomes if o.claimable_now and o.queue)
+        if transition is not LeaseTransition.HEARTBEAT:
+            # Only what this statement changed: a replay's verdict changed nothing.
+            self._emit(
+                [
+                    JobEvent(
+                        _lease_event(transition, outcomes[i].status),
+                        outcomes[i].job_id,
+                        outcomes[i].queue or "",
+                        status=outcomes[i].status,
+                        worker_id=items[i].get("worker_id"),
+                        key_id=items[i].get("key_id"),
+                    )
+                    for i in sorted(changed)
+                ]
+            )
         return outcomes
 
     # -- maintenance -------------------------------------------------------------------------
@@ -623,7 +675,9 @@ class JobService:
         async def work(conn: AsyncConnection) -> list[JobRow]:
             return await self.repo.job_reap(conn, batch_size=batch_size, now=now)
 
-        return await self._run(work)
+        reaped = await self._run(work)
+        self._emit([JobEvent("reaped", r["id"], r["queue"], status=r["status"]) for r in reaped])
+        return reaped
 
     async def promote(self, *, batch_size: int, now: datetime | None = None) -> int:
         """Moves at most ``batch_size`` due scheduled jobs to pending and announces them."""
@@ -678,6 +732,15 @@ class JobService:
             return await self.repo.job_due_in_queues(conn, queues=queues, cap=cap)
 
         return await self._run(work)
+
+
+def _lease_event(transition: LeaseTransition, status: str | None) -> str:
+    """The event of a lease call that changed its job."""
+    if transition is LeaseTransition.COMPLETE:
+        return "completed"
+    if transition is LeaseTransition.RELEASE:
+        return "released"
+    return "dead" if status == JobStatus.DEAD else "failed"
 
 
 class _Retry(Exception):

@@ -25,6 +25,23 @@ class LeaseTransition(enum.StrEnum):
 
 
 @dataclass(frozen=True)
+class JobEvent:
+    """A committed change of one job's state, for observers (metrics, logs) of the service.
+
+    ``kind`` is one of enqueued, claimed, completed, failed (a retry is scheduled), dead,
+    released, reaped (an expired lease went back to the queue or to dead), cancelled, retried.
+    """
+
+    kind: str
+    job_id: int
+    queue: str
+    status: str | None = None  # the job's state after the change
+    worker_id: str | None = None
+    key_id: int | None = None
+    attempt: int | None = None
+
+
+@dataclass(frozen=True)
 class ClaimSlot:
     """One job a claim asks for: who gets its lease (the worker id within its API key), for how long."""
 
