@@ -343,7 +343,9 @@ expired AS MATERIALIZED (
            j.timeout_seconds IS NOT NULL
                AND c.now >= j.started_at + make_interval(secs => j.timeout_seconds) AS timed_out
     FROM jobs j, clock c
-    WHERE j.status = 'running' AND j.lease_expires_at < c.now
+    -- The bound is written out, not read from clock: a column of a materialized CTE gives the
+    -- index walk no bound, and it would read every running job on every tick.
+    WHERE j.status = 'running' AND j.lease_expires_at < COALESCE(CAST(:now AS timestamptz), now())
     ORDER BY j.lease_expires_at
     LIMIT :batch_size
     FOR UPDATE OF j SKIP LOCKED
