@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 import ipaddress
 import json
 import logging
@@ -11,6 +12,9 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
+from pydantic import ValidationError
+
+from app.logs import configure as configure_logs
 from app.settings import Settings
 
 T = TypeVar("T")
@@ -128,6 +132,14 @@ async def _any_keys(conn: Any) -> bool:
     return await store.any_keys(conn)
 
 
+def _cli_actor() -> str:
+    """Who the audit trail names for a keys command: ``cli:<OS user>`` (``cli`` if unknown)."""
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (OSError, KeyError, ImportError):
+        return "cli"
+
+
 def _keys_url() -> str:
     from app.migrations import upgrade
 
@@ -154,14 +166,23 @@ def _keys_create(args: argparse.Namespace) -> int:
         print(f"jobq keys: --queues: {problem}", file=sys.stderr)
         return 2
 
-    async def create(conn: Any) -> str:
-        return await store.create_key(conn, name=args.name, role=Role(args.role), queues=queues)
+    role, actor = Role(args.role), _cli_actor()
 
+    async def create(conn: Any) -> str:
+        return await store.create_key(conn, name=args.name, role=role, queues=queues, actor=actor)
+
+    async def refused(conn: Any) -> None:
+        await store.record_refused_create(
+            conn, name=args.name, role=role, queues=queues, actor=actor
+        )
+
+    url = _keys_url()
     try:
-        secret = _run_on(_keys_url(), create, transaction=True)
+        secret = _run_on(url, create, transaction=True)
     except IntegrityError as exc:
         if sqlstate(exc) != "23505":
             raise
+        _run_on(url, refused, transaction=True)  # the failed insert rolled its transaction back
         print(f"jobq keys: a key named {args.name!r} exists already", file=sys.stderr)
         return 1
     scope = ", ".join(queues) if queues is not None else "every queue"
@@ -188,8 +209,10 @@ def _keys_list(_: argparse.Namespace) -> int:
 def _keys_revoke(args: argparse.Namespace) -> int:
     from app.auth import store
 
+    actor = _cli_actor()
+
     async def revoke(conn: Any) -> bool:
-        return await store.revoke_key(conn, name=args.name)
+        return await store.revoke_key(conn, name=args.name, actor=actor)
 
     if not _run_on(_keys_url(), revoke, transaction=True):
         print(f"jobq keys: no live key named {args.name!r}", file=sys.stderr)
@@ -228,7 +251,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default=None, help="default JOBQ_HOST or 127.0.0.1")
     serve.add_argument("--port", type=int, default=None, help="default JOBQ_PORT or 8000")
     serve.add_argument(
-        "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
+        "--log-level",
+        default=None,
+        choices=["critical", "error", "warning", "info", "debug"],
+        help="default JOBQ_LOG_LEVEL or info (info logs every request and job state change)",
     )
     serve.add_argument(
         "--workers",
@@ -283,8 +309,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``jobq`` console script."""
     args = build_parser().parse_args(argv)
-    level = getattr(logging, str(getattr(args, "log_level", "info")).upper())
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        settings = Settings()
+    except ValidationError:
+        settings = Settings.model_construct()  # the command that reads them reports the error
+    if getattr(args, "log_level", None) is None:
+        args.log_level = settings.log_level
+    configure_logs(level=args.log_level, log_format=settings.log_format)
     logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)  # one line per plugin
     if not getattr(args, "verbose", False):
         # A line per migration step is for whoever asks; jobq says where it serves.

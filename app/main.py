@@ -21,6 +21,8 @@ from app.auth.keyring import KeyRing
 from app.auth.limiter import FailureLimiter
 from app.db import async_url, create_driver_pool, create_engine
 from app.errors import brief, install_error_handlers
+from app.logs import RequestIds, log_job_events
+from app.maintenance.gauges import QueueGauges
 from app.maintenance.promoter import Promoter, PromoterConfig
 from app.maintenance.pruner import Pruner, PrunerConfig
 from app.maintenance.reaper import Reaper, ReaperConfig
@@ -63,7 +65,7 @@ def repository_for(settings: Settings) -> Repository:
 
 
 def _loops(settings: Settings, service: JobService, hub: WaiterHub) -> list[Loop]:
-    """Every background loop of an instance: two on every instance, two on the leader only."""
+    """Every background loop of an instance: three on every instance, two on the leader only."""
     loops: list[Loop] = [
         Promoter(
             service=service,
@@ -73,6 +75,7 @@ def _loops(settings: Settings, service: JobService, hub: WaiterHub) -> list[Loop
             ),
         ),
         Backstop(service=service, hub=hub, interval_seconds=settings.longpoll_backstop_seconds),
+        QueueGauges(service=service, interval_seconds=settings.metrics_refresh_seconds),
     ]
     if settings.maintenance_enabled:
         loops += [
@@ -144,6 +147,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         hub=hub,
         announce=announce,
     )
+    service.observers.append(log_job_events)
     runner = LoopRunner(
         lead=control.lead,
         loops=[*_loops(settings, service, hub), keys],
@@ -206,6 +210,9 @@ def create_app(settings: Settings) -> FastAPI:
     app.cors_origins = [o.strip() for o in settings.cors_origins.split(",") if o.strip()]
     state = AppState(settings=settings)
     app.state.jobq = state
+    observed = metrics.AppMetrics(state)
+    # Request timing outermost, so it covers every layer.
+    app.outer = [observed.timer(app), RequestIds]
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_body_size=settings.max_body_bytes)
     # The routes go on the app's own router: FastAPI 0.165 matches an included router's
@@ -214,7 +221,7 @@ def create_app(settings: Settings) -> FastAPI:
         jobs.build_router(settings),
         workers.build_router(settings),
         ops.build_router(settings),
-        metrics.build_router(state),
+        observed.router(),
     ):
         app.router.routes.extend(router.routes)
     return app

@@ -1,4 +1,4 @@
-"""The tables: ``jobs`` is the queue, ``queues`` holds per-queue switches, ``api_keys`` the keys. Alembic diffs against these."""
+"""The tables: ``jobs`` is the queue, ``queues`` holds per-queue switches, ``api_keys`` the keys, ``audit_log`` who did what. Alembic diffs against these."""
 
 from __future__ import annotations
 
@@ -23,6 +23,9 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
 from app.db import metadata
 
+# Storage parameters (migration 0008): fillfactor 80 and eager autovacuum, for a table whose rows
+# are updated several times each. Alembic's autogenerate does not compare them, so they live
+# in the migration only.
 jobs = Table(
     "jobs",
     metadata,
@@ -170,4 +173,44 @@ api_keys = Table(
     CheckConstraint("role IN ('producer', 'worker', 'viewer', 'admin')", name="role"),
     UniqueConstraint("name"),
     UniqueConstraint("secret_sha256"),
+)
+
+# What each admin action writes (migration 0009): one row per accepted cancel, retry, pause or
+# resume, written by the action's own statement, and one per attempted key create or revoke.
+# Never updated; no pruning yet. The actor is copied as text: keys are revoked, never deleted,
+# and the CLI and anonymous callers have no key row.
+AUDIT_ACTIONS = (
+    "job.cancel",
+    "job.retry",
+    "queue.pause",
+    "queue.resume",
+    "key.create",
+    "key.revoke",
+)
+
+audit_log = Table(
+    "audit_log",
+    metadata,
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    Column("at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    # The acting key's name, "anonymous" (authentication off) or "cli:<OS user>".
+    Column("actor", Text, nullable=False),
+    Column("actor_key_id", BigInteger, nullable=True),
+    Column("action", Text, nullable=False),
+    Column("outcome", Text, nullable=False),
+    # What it touched: the job (and its queue), the queue, or the key (by name).
+    Column("queue", Text, nullable=True),
+    Column("job_id", BigInteger, nullable=True),
+    Column("key_name", Text, nullable=True),
+    # Job status, "paused" / "active", or "live" / "revoked", before and after the action.
+    Column("state_before", Text, nullable=True),
+    Column("state_after", Text, nullable=True),
+    Column("detail", JSONB, nullable=True),
+    CheckConstraint(
+        "action IN (" + ", ".join(f"'{a}'" for a in AUDIT_ACTIONS) + ")", name="action"
+    ),
+    CheckConstraint("outcome IN ('changed', 'unchanged', 'refused')", name="outcome"),
+    # The listing, newest first, filtered by action or by actor (unfiltered: the primary key).
+    Index("ix_audit_log_action_id", "action", "id"),
+    Index("ix_audit_log_actor_id", "actor", "id"),
 )

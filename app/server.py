@@ -36,6 +36,9 @@ class JobqServer(uvicorn.Server):
             host=settings.host,
             port=settings.port,
             log_level=log_level,
+            # No logging config of uvicorn's own: its records (the access line at info included)
+            # go to the root handler `jobq` set up (app/logs.py), with the request id.
+            log_config=None,
             timeout_graceful_shutdown=int(settings.shutdown_grace_seconds),
         )
         return cls(config, app)

@@ -9,9 +9,9 @@ itself cannot hold (column ranges, the window of instants) is in ``app/queue/bou
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import AliasChoices, Field, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.queue.bounds import BACKOFF_CAP_SECONDS_MAX, LEASE_SECONDS_MAX, MAX_ATTEMPTS_MAX
@@ -75,6 +75,23 @@ class Settings(BaseSettings):
     cors_origins: str = Field(
         default="",
         description="Comma-separated origins allowed by CORS (empty: CORS off; never with credentials).",
+    )
+
+    # Logs.
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
+        default="info", description="Least severe level logged (also --log-level)."
+    )
+    log_format: Literal["auto", "json", "text"] = Field(
+        default="auto",
+        description="Log lines as json, text, or auto: text on a terminal, JSON otherwise.",
+    )
+
+    # Metrics.
+    metrics_refresh_seconds: float = Field(
+        default=10,
+        gt=0,
+        le=3600,
+        description="How often /metrics' queue depth and oldest-job gauges are re-read.",
     )
 
     # Requests.
@@ -213,6 +230,11 @@ class Settings(BaseSettings):
     loop_stall_min_seconds: float = Field(
         default=10, gt=0, description="...and at least this long is stalled: /readyz fails."
     )
+
+    @field_validator("log_level", "log_format", mode="before")
+    @classmethod
+    def _lower_case(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _backoff_cap_not_below_base(self) -> Settings:

@@ -111,5 +111,5 @@ async def driver_pool(database_url: str) -> AsyncIterator[Any]:
 async def clean_db(engine: AsyncEngine) -> AsyncEngine:
     """Empties the tables before the test; answers the engine."""
     async with engine.begin() as conn:
-        await conn.execute(text("TRUNCATE jobs, queues, api_keys RESTART IDENTITY"))
+        await conn.execute(text("TRUNCATE jobs, queues, api_keys, audit_log RESTART IDENTITY"))
     return engine

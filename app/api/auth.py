@@ -10,6 +10,7 @@ problem detail: problems name the key by its name only.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from typing import Annotated, Any
 
@@ -28,11 +29,13 @@ _BEARER = HTTPBearer(
 
 _RETRY = {"Retry-After": "1"}
 
+logger = logging.getLogger("jobq.auth")
+
 _DOING = {
     Permission.ENQUEUE: "enqueue jobs",
     Permission.WORK: "claim or hold leases",
     Permission.READ_JOBS: "read jobs",
-    Permission.OBSERVE: "read queues, workers and metrics",
+    Permission.OBSERVE: "read queues, workers, metrics and the audit trail",
     Permission.OPERATE: "cancel, retry, pause or resume",
 }
 
@@ -54,6 +57,17 @@ def _address(request: Request) -> str:
     return request.client.host if request.client is not None else "unknown"
 
 
+def _rejected(request: Request, reason: str, address: str | None = None) -> None:
+    # Never the secret nor the header: a wrong key is often a right one pasted in the wrong place.
+    client = address if address is not None else _address(request)
+    logger.warning(
+        "authentication rejected (%s) from %s",
+        reason,
+        client,
+        extra={"event": "auth.rejected", "key": "unknown", "client": client, "reason": reason},
+    )
+
+
 async def authenticate(request: Request) -> Principal:
     """The caller's key, or :data:`NOBODY` while authentication is off; 401 / 429 otherwise."""
     runtime = app_state(request.app).running()
@@ -65,6 +79,7 @@ async def authenticate(request: Request) -> Principal:
         return NOBODY
     token = _bearer_token(request)
     if token is None:
+        _rejected(request, "no_key")
         raise Unauthenticated(
             "this request needs an API key: send Authorization: Bearer <key>",
             headers={"WWW-Authenticate": 'Bearer realm="jobq"'},
@@ -75,6 +90,7 @@ async def authenticate(request: Request) -> Principal:
     address = _address(request)
     wait = runtime.failures.retry_after(address)
     if wait is not None:
+        _rejected(request, "too_many_failures", address)
         raise TooManyFailures(
             f"too many failed authentications from this address; retry in {wait} s",
             headers={"Retry-After": str(wait)},
@@ -83,6 +99,7 @@ async def authenticate(request: Request) -> Principal:
         principal = await keys.authenticate(token)  # a key made a moment ago
     if principal is None:
         runtime.failures.failed(address)
+        _rejected(request, "invalid_key" if token else "not_bearer", address)
         raise Unauthenticated(
             "the API key is not valid (unknown, malformed or revoked)",
             headers={"WWW-Authenticate": 'Bearer realm="jobq", error="invalid_token"'},

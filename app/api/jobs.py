@@ -180,7 +180,9 @@ def build_router(settings: Settings) -> APIRouter:
     ) -> Response:
         """Cancels a scheduled, pending or running job (a running job's lease ends at once)."""
         await _in_scope(caller, job_id, service)
-        return json_response(job(await service.cancel(job_id)))
+        return json_response(
+            job(await service.cancel(job_id, actor=caller.name, actor_key_id=caller.key_id))
+        )
 
     @router.post("/{job_id}/retry", response_model=Job, responses={404: PROBLEM, 409: PROBLEM})
     async def retry_job(
@@ -188,6 +190,8 @@ def build_router(settings: Settings) -> APIRouter:
     ) -> Response:
         """Moves a dead, cancelled or succeeded job back to pending with attempts reset."""
         await _in_scope(caller, job_id, service)
-        return json_response(job(await service.retry(job_id)))
+        return json_response(
+            job(await service.retry(job_id, actor=caller.name, actor_key_id=caller.key_id))
+        )
 
     return router

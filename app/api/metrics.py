@@ -1,32 +1,198 @@
-"""``GET /metrics``: this instance's figures in Prometheus' text format, read when scraped.
+"""``GET /metrics``: this instance's figures in Prometheus' text format.
 
-Each app has its own registry (several apps may share a process, as in the tests), filled by one
-collector that reads the runtime at scrape time: nothing is counted on the hot path.
+Each app has its own figures (several apps may share a process, as in the tests):
+
+- job events per queue, and queue wait and run time histograms, counted by an observer of the
+  service (:class:`JobMetrics`): a dictionary increment per event, no locks, no I/O;
+- request durations per route template, timed by the outer wrapper (app/api/timing.py);
+- queue depth per state and the oldest pending job's age, as the metrics loop last read them
+  (app/maintenance/gauges.py): a scrape costs the database nothing;
+- long-poll waiters, leadership, each loop's health and the hot statements, read from the
+  runtime when scraped.
+
+A key scoped to some queues sees only those queues' per-queue series; the instance-wide ones
+(requests, loops, statements) it sees as any viewer does. README's "Metrics" lists every metric.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Annotated
 
 from fastapi import APIRouter, Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
+from starlette.applications import Starlette
+from starlette.types import ASGIApp
 
 from app.api.auth import requires
 from app.api.state import AppState
+from app.api.timing import Histogram, RequestDurations, RequestTimer
 from app.auth.keys import Permission, Principal
+from app.maintenance.gauges import QueueGauges
+from app.queue.types import JobEvent
+
+# Queue wait and run time: from a few milliseconds to hours.
+JOB_BUCKETS: tuple[float, ...] = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600,
+)  # fmt: skip
+STATES = ("scheduled", "pending", "running", "succeeded", "dead", "cancelled")
 
 
-class RuntimeCollector(Collector):
-    """Long-poll waiters and the health of each background loop, as gauges."""
+class JobMetrics:
+    """The service's observer: counts job events per (queue, kind) and times waits and runs."""
+
+    def __init__(self) -> None:
+        self.events: Counter[tuple[str, str]] = Counter()
+        self.waits: dict[str, Histogram] = {}
+        self.runs: dict[str, Histogram] = {}
+
+    def __call__(self, events: Sequence[JobEvent]) -> None:
+        """Counts committed events (called by the service after each commit; never blocks)."""
+        counts = self.events
+        for event in events:
+            counts[(event.queue, event.kind)] += 1
+            if event.waited_seconds is not None:
+                _observe(self.waits, event.queue, event.waited_seconds)
+            if event.ran_seconds is not None:
+                _observe(self.runs, event.queue, event.ran_seconds)
+
+
+def _observe(histograms: dict[str, Histogram], queue: str, seconds: float) -> None:
+    histogram = histograms.get(queue)
+    if histogram is None:
+        histogram = histograms[queue] = Histogram(JOB_BUCKETS)
+    histogram.observe(seconds)
+
+
+class AppMetrics:
+    """One app's figures: the job observer, the request timer's durations, the scrape."""
 
     def __init__(self, state: AppState) -> None:
         self.state = state
+        self.jobs = JobMetrics()
+        self.requests = RequestDurations()
 
-    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        runtime = self.state.runtime
+    def timer(self, app: Starlette) -> Callable[[ASGIApp], ASGIApp]:
+        """The outer wrapper for ``JobqAPI.outer``: times requests, and subscribes the observer
+        to each service the lifespan starts."""
+
+        def wrap(inner: ASGIApp) -> ASGIApp:
+            return RequestTimer(
+                inner, routes=app.router.routes, durations=self.requests, on_startup=self.subscribe
+            )
+
+        return wrap
+
+    def subscribe(self) -> None:
+        """Makes :attr:`jobs` an observer of the running service (once)."""
+        observers = self.state.running().service.observers
+        if self.jobs not in observers:
+            observers.append(self.jobs)
+
+    def router(self) -> APIRouter:
+        """The metrics route."""
+        router = APIRouter()
+
+        @router.get("/metrics", include_in_schema=False)
+        async def metrics(caller: Annotated[Principal, requires(Permission.OBSERVE)]) -> Response:
+            """Prometheus text format (viewer and admin keys; a scoped key sees its queues)."""
+            return Response(generate_latest(_Scrape(self, caller)), media_type=CONTENT_TYPE_LATEST)
+
+        return router
+
+
+class _Scrape(Collector):
+    """One scrape's families, limited to what the caller's key may see."""
+
+    def __init__(self, metrics: AppMetrics, caller: Principal) -> None:
+        self.metrics = metrics
+        self.caller = caller
+        self._covers: dict[str, bool] = {}
+
+    def visible(self, queue: str) -> bool:
+        """Whether the caller's scopes include this queue (remembered for the scrape)."""
+        seen = self._covers.get(queue)
+        if seen is None:
+            seen = self._covers[queue] = self.caller.covers(queue)
+        return seen
+
+    def collect(self) -> Iterator[Metric]:
+        """Every family: jobs, queues, requests, then the runtime's."""
+        yield from self._jobs()
+        yield from self._queues()
+        yield _request_family(self.metrics.requests)
+        yield from self._runtime()
+
+    def _jobs(self) -> Iterator[Metric]:
+        jobs = self.metrics.jobs
+        events = CounterMetricFamily(
+            "jobq_job_events",
+            "Committed job state changes per queue and event (enqueued, claimed, completed, "
+            "failed, dead, released, reaped, cancelled, retried).",
+            labels=["queue", "event"],
+        )
+        for (queue, kind), count in sorted(jobs.events.items()):
+            if self.visible(queue):
+                events.add_metric([queue, kind], count)
+        yield events
+        yield self._histogram(
+            "jobq_job_wait_duration_seconds",
+            "Seconds from a job's run_at to its claim, per queue (PostgreSQL's times).",
+            jobs.waits,
+        )
+        yield self._histogram(
+            "jobq_job_run_duration_seconds",
+            "Seconds from a claim to the complete or fail that ended the attempt, per queue.",
+            jobs.runs,
+        )
+
+    def _histogram(
+        self, name: str, documentation: str, histograms: dict[str, Histogram]
+    ) -> HistogramMetricFamily:
+        family = HistogramMetricFamily(name, documentation, labels=["queue"])
+        for queue, histogram in sorted(histograms.items()):
+            if self.visible(queue):
+                family.add_metric([queue], histogram.buckets(), histogram.total)
+        return family
+
+    def _queues(self) -> Iterator[Metric]:
+        runtime = self.metrics.state.runtime
+        gauges = _gauges_loop(runtime.runner.loops) if runtime is not None else None
+        rows = [r for r in (gauges.queues or ()) if self.visible(r["name"])] if gauges else []
+        depth = GaugeMetricFamily(
+            "jobq_queue_jobs",
+            "Jobs per queue and state, as the metrics loop last read them.",
+            labels=["queue", "state"],
+        )
+        oldest = GaugeMetricFamily(
+            "jobq_queue_oldest_pending_age_seconds",
+            "Age of the queue's oldest pending job (since its run_at; 0 when none), as last read.",
+            labels=["queue"],
+        )
+        paused = GaugeMetricFamily(
+            "jobq_queue_paused", "1 while the queue is paused, as last read.", labels=["queue"]
+        )
+        for row in rows:
+            for state in STATES:
+                depth.add_metric([row["name"], state], row[state])
+            oldest.add_metric([row["name"]], row["oldest_pending_age_seconds"] or 0.0)
+            paused.add_metric([row["name"]], int(row["paused"]))
+        yield depth
+        yield oldest
+        yield paused
+
+    def _runtime(self) -> Iterator[Metric]:
+        runtime = self.metrics.state.runtime
         if runtime is None:
             return
         yield GaugeMetricFamily(
@@ -45,12 +211,22 @@ class RuntimeCollector(Collector):
         stalled = GaugeMetricFamily(
             "jobq_loop_stalled", "1 while a loop this instance runs is stalled.", labels=["loop"]
         )
+        progress = GaugeMetricFamily(
+            "jobq_loop_last_success_timestamp_seconds",
+            "Unix time a loop running here last finished a batch (or started, before its first).",
+            labels=["loop"],
+        )
         stalled_now = set(runtime.runner.stalled())
+        # The runner's clock is the event loop's (monotonic); shown as wall-clock time.
+        offset = time.time() - asyncio.get_running_loop().time()
         for name, health in runtime.runner.health.items():
             failures.add_metric([name], health.failures)
             stalled.add_metric([name], int(name in stalled_now))
+            if health.active:
+                progress.add_metric([name], health.last_progress + offset)
         yield failures
         yield stalled
+        yield progress
         statements = CounterMetricFamily(
             "jobq_statements",
             "Hot-path statements run, per kind; with coalescing, fewer than requests.",
@@ -61,15 +237,17 @@ class RuntimeCollector(Collector):
         yield statements
 
 
-def build_router(state: AppState) -> APIRouter:
-    """The metrics route, with a registry of its own for this app."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(RuntimeCollector(state))
-    router = APIRouter()
+def _request_family(durations: RequestDurations) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(
+        "jobq_http_server_request_duration_seconds",
+        "Seconds from a request's arrival to its response sent, per route template, method and "
+        "status class.",
+        labels=["route", "method", "status_class"],
+    )
+    for labels, histogram in durations:
+        family.add_metric(list(labels), histogram.buckets(), histogram.total)
+    return family
 
-    @router.get("/metrics", include_in_schema=False)
-    async def metrics(_caller: Annotated[Principal, requires(Permission.OBSERVE)]) -> Response:
-        """Prometheus text format (viewer and admin keys; no per-queue series yet)."""
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    return router
+def _gauges_loop(loops: Iterable[object]) -> QueueGauges | None:
+    return next((loop for loop in loops if isinstance(loop, QueueGauges)), None)

@@ -1,15 +1,18 @@
-"""Ops endpoints: queue counts, pause / resume, who holds what, health and readiness."""
+"""Ops endpoints: queue counts, pause / resume, who holds what, the audit trail, health and readiness."""
 
 # No ``from __future__ import annotations`` here: the path type is built for the app's settings
 # inside build_router, which FastAPI must see as a type.
 
 from typing import Annotated
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 
 from app.api.auth import allow_queue, requires
 from app.api.deps import Runtime, Service
 from app.api.schemas import (
+    AuditAction,
+    AuditEntry,
+    AuditPage,
     Health,
     QueueList,
     QueueState,
@@ -52,13 +55,19 @@ def build_router(settings: Settings) -> APIRouter:
     async def pause_queue(caller: Operator, name: Queue, service: Service) -> QueueState:
         """Stops claims from this queue (running jobs carry on)."""
         allow_queue(caller, name, field="path.name")
-        return QueueState.model_validate(dict(await service.set_paused(name, paused=True)))
+        row = await service.set_paused(
+            name, paused=True, actor=caller.name, actor_key_id=caller.key_id
+        )
+        return QueueState.model_validate(dict(row))
 
     @router.post("/v1/queues/{name}/resume", response_model=QueueState, responses={422: PROBLEM})
     async def resume_queue(caller: Operator, name: Queue, service: Service) -> QueueState:
         """Lets claims take jobs from this queue again."""
         allow_queue(caller, name, field="path.name")
-        return QueueState.model_validate(dict(await service.set_paused(name, paused=False)))
+        row = await service.set_paused(
+            name, paused=False, actor=caller.name, actor_key_id=caller.key_id
+        )
+        return QueueState.model_validate(dict(row))
 
     @router.get("/v1/workers", response_model=WorkerList)
     async def list_workers(caller: Observer, service: Service) -> WorkerList:
@@ -68,6 +77,41 @@ def build_router(settings: Settings) -> APIRouter:
         """
         rows = await service.workers(queue_patterns=caller.like_patterns())
         return WorkerList(workers=[WorkerInfo.model_validate(dict(r)) for r in rows])
+
+    @router.get("/v1/audit", response_model=AuditPage, responses={422: PROBLEM})
+    async def list_audit(
+        caller: Observer,
+        service: Service,
+        action: AuditAction | None = None,
+        actor: Annotated[
+            str | None,
+            Query(
+                min_length=1,
+                max_length=255,
+                pattern=r"^[^\x00]+$",
+                description='Who acted: a key\'s name, "anonymous" or "cli:<user>".',
+            ),
+        ] = None,
+        limit: Annotated[int, Query(ge=1, le=settings.list_max_limit)] = 50,
+        after: Annotated[
+            str | None, Query(max_length=200, description="next_cursor of the previous page")
+        ] = None,
+    ) -> AuditPage:
+        """The admin actions recorded (cancel, retry, pause, resume, key create / revoke), newest first.
+
+        Keyset pagination as ``GET /v1/jobs``. A key scoped to some queues sees only the entries
+        of those queues, and no key operations.
+        """
+        rows, next_cursor = await service.audit_list(
+            action=action.value if action is not None else None,
+            actor=actor,
+            limit=limit,
+            after=after,
+            queue_patterns=caller.like_patterns(),
+        )
+        return AuditPage(
+            entries=[AuditEntry.model_validate(dict(r)) for r in rows], next_cursor=next_cursor
+        )
 
     @router.get("/healthz", response_model=Health)
     async def healthz() -> Health:

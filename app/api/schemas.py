@@ -13,6 +13,7 @@ built, so validation and the OpenAPI document show the same numbers.
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import json
 import re
@@ -423,3 +424,43 @@ class Health(BaseModel):
     """Liveness or readiness."""
 
     status: Literal["ok"]
+
+
+class AuditAction(enum.StrEnum):
+    """An admin action the audit trail records."""
+
+    JOB_CANCEL = "job.cancel"
+    JOB_RETRY = "job.retry"
+    QUEUE_PAUSE = "queue.pause"
+    QUEUE_RESUME = "queue.resume"
+    KEY_CREATE = "key.create"
+    KEY_REVOKE = "key.revoke"
+
+
+class AuditEntry(BaseModel):
+    """One recorded admin action: who, when (the database's clock), what it touched, the outcome."""
+
+    id: int
+    at: datetime
+    actor: str = Field(
+        description='The acting key\'s name, "anonymous" (authentication off) or "cli:<user>".'
+    )
+    action: AuditAction
+    outcome: Literal["changed", "unchanged", "refused"] = Field(
+        description="refused only for key operations (a taken name, no live key of that name)."
+    )
+    queue: str | None = Field(description="The job's queue, or the queue paused / resumed.")
+    job_id: int | None
+    key_name: str | None = Field(description="The key created or revoked.")
+    state_before: str | None = Field(
+        description='The job\'s status, "paused" / "active", or "live" / "revoked" before.'
+    )
+    state_after: str | None
+    detail: JsonValue = Field(description="For a key created: its role and queue scopes.")
+
+
+class AuditPage(BaseModel):
+    """One page of the audit trail, newest first; pass ``next_cursor`` as ``after`` for the next."""
+
+    entries: list[AuditEntry]
+    next_cursor: str | None

@@ -3,8 +3,8 @@
 Counted in fixed one-minute windows per address, in process (each instance counts its own).
 Only failures are counted and only failures are refused: a request with a valid key never
 touches the table, so a client behind the same address as an attacker keeps working. Guessing
-a 256-bit secret is hopeless anyway; the budget stops a flood of bad keys from costing the
-database lookups and the logs lines.
+a 256-bit secret is hopeless anyway; the budget stops a flood of bad keys from costing
+database lookups.
 """
 
 from __future__ import annotations

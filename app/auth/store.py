@@ -1,7 +1,8 @@
 """The ``api_keys`` table's statements: create, list, revoke, and the reads the key cache makes.
 
 Creating or revoking a key notifies ``jobq_keys`` in the same transaction, so every instance
-listening on its control connection reloads its cache as soon as the change commits.
+listening on its control connection reloads its cache as soon as the change commits; the same
+transaction records the operation in ``audit_log``.
 """
 
 from __future__ import annotations
@@ -11,13 +12,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import exists, func, select, text, update
+from sqlalchemy import exists, func, insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.auth.keys import Principal, Role, digest, new_secret
-from app.models import api_keys
+from app.models import api_keys, audit_log
 
 CHANNEL = "jobq_keys"
+
+# Who the audit trail names for a key operation called with no actor (tests, tools); the CLI
+# names "cli:<OS user>".
+INTERNAL_ACTOR = "internal"
 
 # What a principal is made of: the key's id, name, role and queue scopes.
 _PRINCIPAL_COLUMNS = (api_keys.c.id, api_keys.c.name, api_keys.c.role, api_keys.c.queues)
@@ -48,12 +53,42 @@ async def _notify(conn: AsyncConnection) -> None:
     await conn.execute(text("SELECT pg_notify(:channel, '')"), {"channel": CHANNEL})
 
 
-async def create_key(
-    conn: AsyncConnection, *, name: str, role: Role, queues: Sequence[str] | None
-) -> str:
-    """Stores a new key and answers its secret (the only time it exists outside the caller).
+async def _audit(
+    conn: AsyncConnection,
+    *,
+    action: str,
+    outcome: str,
+    name: str,
+    actor: str,
+    before: str | None = None,
+    after: str | None = None,
+    detail: dict[str, Any] | None = None,
+) -> None:
+    await conn.execute(
+        insert(audit_log).values(
+            actor=actor,
+            action=action,
+            outcome=outcome,
+            key_name=name,
+            state_before=before,
+            state_after=after,
+            detail=detail,
+        )
+    )
 
-    A taken name raises the database's unique violation (SQLSTATE 23505).
+
+async def create_key(
+    conn: AsyncConnection,
+    *,
+    name: str,
+    role: Role,
+    queues: Sequence[str] | None,
+    actor: str = INTERNAL_ACTOR,
+) -> str:
+    """Stores a new key, recording ``actor`` made it, and answers its secret (shown only here).
+
+    A taken name raises the database's unique violation (SQLSTATE 23505); the caller may record
+    the refusal with :func:`record_refused_create` in a transaction of its own.
     """
     key_id = (
         await conn.execute(text("SELECT nextval(pg_get_serial_sequence('api_keys', 'id'))"))
@@ -72,8 +107,40 @@ async def create_key(
             "digest": digest(secret),
         },
     )
+    await _audit(
+        conn,
+        action="key.create",
+        outcome="changed",
+        name=name,
+        actor=actor,
+        after="live",
+        detail=_key_detail(role, queues),
+    )
     await _notify(conn)
     return secret
+
+
+def _key_detail(role: Role, queues: Sequence[str] | None) -> dict[str, Any]:
+    return {"role": role.value, "queues": list(queues) if queues is not None else None}
+
+
+async def record_refused_create(
+    conn: AsyncConnection,
+    *,
+    name: str,
+    role: Role,
+    queues: Sequence[str] | None,
+    actor: str = INTERNAL_ACTOR,
+) -> None:
+    """Records an attempt to create a key under a taken name (it changed nothing)."""
+    await _audit(
+        conn,
+        action="key.create",
+        outcome="refused",
+        name=name,
+        actor=actor,
+        detail=_key_detail(role, queues),
+    )
 
 
 async def list_keys(conn: AsyncConnection) -> list[KeyInfo]:
@@ -96,8 +163,11 @@ async def list_keys(conn: AsyncConnection) -> list[KeyInfo]:
     ]
 
 
-async def revoke_key(conn: AsyncConnection, *, name: str) -> bool:
-    """Revokes a key by name; answers whether a live key of that name existed."""
+async def revoke_key(conn: AsyncConnection, *, name: str, actor: str = INTERNAL_ACTOR) -> bool:
+    """Revokes a key by name; answers whether a live key of that name existed.
+
+    Records the attempt, ``actor`` naming who made it: revoked, or refused (no live key).
+    """
     result = await conn.execute(
         update(api_keys)
         .where(api_keys.c.name == name, api_keys.c.revoked_at.is_(None))
@@ -106,7 +176,18 @@ async def revoke_key(conn: AsyncConnection, *, name: str) -> bool:
     )
     revoked = result.first() is not None
     if revoked:
+        await _audit(
+            conn,
+            action="key.revoke",
+            outcome="changed",
+            name=name,
+            actor=actor,
+            before="live",
+            after="revoked",
+        )
         await _notify(conn)
+    else:
+        await _audit(conn, action="key.revoke", outcome="refused", name=name, actor=actor)
     return revoked
 
 

@@ -11,6 +11,7 @@ import json
 import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -19,7 +20,7 @@ from sqlalchemy import Select, Text, any_, func, literal, select, true
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.models import jobs, queue_counts
+from app.models import audit_log, jobs, queue_counts
 from app.queue.queries import statement
 from app.queue.states import JobStatus
 from app.queue.types import (
@@ -148,6 +149,7 @@ class Repository:
                 lease_expires_at=row.get("lease_expires_at"),
                 run_at=row.get("run_at"),
                 queue=row.get("queue"),
+                ran_seconds=row.get("ran_seconds"),
             )
             for row in await _fetch(conn, name, params)
         }
@@ -216,22 +218,75 @@ class Repository:
 
     # -- ops ---------------------------------------------------------------------------------
 
+    # Retry and pause record themselves in audit_log in their own statement, naming ``actor``
+    # (and its API key's id, ``None`` without one); cancel's caller adds audit_insert.
+
     async def job_cancel(self, conn: AsyncConnection, *, job_id: int) -> OpsOutcome | None:
-        """Cancels a pending, scheduled or running job; the job as it is now, ``None`` if unknown."""
+        """Cancels a pending, scheduled or running job; the job as it is now, ``None`` if unknown.
+
+        The row also carries ``status_before``, the state the decision saw.
+        """
         result = await conn.execute(statement("job_cancel").clause, {"id": job_id})
         return _ops_outcome(result.mappings().all())
 
-    async def job_retry(self, conn: AsyncConnection, *, job_id: int) -> OpsOutcome | None:
+    async def job_retry(
+        self, conn: AsyncConnection, *, job_id: int, actor: str, actor_key_id: int | None
+    ) -> OpsOutcome | None:
         """Moves a finished job back to pending; the job as it is now, ``None`` if unknown."""
-        result = await conn.execute(statement("job_retry").clause, {"id": job_id})
+        result = await conn.execute(
+            statement("job_retry").clause,
+            {"id": job_id, "actor": actor, "actor_key_id": actor_key_id},
+        )
         return _ops_outcome(result.mappings().all())
 
-    async def queue_set_paused(self, conn: AsyncConnection, *, name: str, paused: bool) -> JobRow:
+    async def queue_set_paused(
+        self,
+        conn: AsyncConnection,
+        *,
+        name: str,
+        paused: bool,
+        actor: str,
+        actor_key_id: int | None,
+    ) -> JobRow:
         """Pauses or resumes a queue."""
         result = await conn.execute(
-            statement("queue_set_paused").clause, {"name": name, "paused": paused}
+            statement("queue_set_paused").clause,
+            {"name": name, "paused": paused, "actor": actor, "actor_key_id": actor_key_id},
         )
         return result.mappings().one()
+
+    async def audit_insert(
+        self,
+        conn: AsyncConnection,
+        *,
+        actor: str,
+        actor_key_id: int | None,
+        action: str,
+        outcome: str,
+        queue: str | None = None,
+        job_id: int | None = None,
+        state_before: str | None = None,
+        state_after: str | None = None,
+    ) -> None:
+        """Records one admin action in the audit trail (in the caller's transaction)."""
+        await conn.execute(
+            statement("audit_insert").clause,
+            {
+                "actor": actor,
+                "actor_key_id": actor_key_id,
+                "action": action,
+                "outcome": outcome,
+                "queue": queue,
+                "job_id": job_id,
+                "state_before": state_before,
+                "state_after": state_after,
+            },
+        )
+
+    async def audit_list(self, conn: AsyncConnection, *, where: AuditFilter) -> list[JobRow]:
+        """A page of audit entries, newest first, after the keyset position ``before_id``."""
+        result = await conn.execute(audit_list_query(where))
+        return list(result.mappings().all())
 
     async def queue_stats(self, conn: AsyncConnection) -> list[JobRow]:
         """Counts per queue and state, from the counters."""
@@ -395,3 +450,34 @@ def job_list_query(where: ListFilter) -> Select[Any]:
         .order_by(branch.c.id.desc())
         .limit(where.limit)
     )
+
+
+@dataclass(frozen=True)
+class AuditFilter:
+    """Filters and keyset position of an audit listing (newest first)."""
+
+    action: str | None = None
+    actor: str | None = None
+    # A scoped key's view: only entries of queues matching these LIKE patterns (None: all).
+    queue_patterns: tuple[str, ...] | None = None
+    before_id: int | None = None
+    limit: int = 50
+
+
+def audit_list_query(where: AuditFilter) -> Select[Any]:
+    """The audit listing, newest first by id: the primary key, or ``(action, id)`` / ``(actor, id)``.
+
+    A scoped view keeps only entries that name a matching queue, so it never shows key operations.
+    """
+    query = select(audit_log)
+    if where.action is not None:
+        query = query.where(audit_log.c.action == where.action)
+    if where.actor is not None:
+        query = query.where(audit_log.c.actor == where.actor)
+    if where.queue_patterns is not None:
+        query = query.where(
+            audit_log.c.queue.like(any_(literal(list(where.queue_patterns), ARRAY(Text))))
+        )
+    if where.before_id is not None:
+        query = query.where(audit_log.c.id < where.before_id)
+    return query.order_by(audit_log.c.id.desc()).limit(where.limit)

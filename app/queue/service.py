@@ -30,7 +30,7 @@ from app.errors import (
 )
 from app.queue.bounds import MAX_BIGINT
 from app.queue.coalesce import Coalescer
-from app.queue.repository import Driver, Repository
+from app.queue.repository import AuditFilter, Driver, Repository
 from app.queue.states import JobStatus, Operation, allowed_from
 from app.queue.types import (
     ClaimSlot,
@@ -53,6 +53,9 @@ T = TypeVar("T")
 # Deadlock and serialization failures are safe to retry: the statement changed nothing.
 _RETRYABLE_SQLSTATES = frozenset({"40P01", "40001"})
 _TRANSACTION_TRIES = 3
+
+# Who the audit trail names for an ops action called from inside the process with no actor.
+INTERNAL_ACTOR = "internal"
 
 # Resuming a queue may make its whole backlog claimable: wake every waiter on it.
 RESUME_WAKE_COUNT = 1_000_000
@@ -390,19 +393,44 @@ class JobService:
 
     # -- ops actions -------------------------------------------------------------------------
 
-    async def cancel(self, job_id: int) -> JobRow:
+    # Each ops action names who acts (``actor``: an API key's name, "anonymous" or "cli:<user>",
+    # and the key's id) and records itself in the audit trail with its change: retry and pause
+    # in their own statement, cancel in its transaction. A refused action (404, 409) records
+    # nothing; a repeat that changes nothing (cancelling a cancelled job, pausing a paused
+    # queue) records "unchanged".
+
+    async def cancel(
+        self, job_id: int, *, actor: str = INTERNAL_ACTOR, actor_key_id: int | None = None
+    ) -> JobRow:
         """Cancels a scheduled, pending or running job; cancelling a cancelled job answers it.
 
         One statement locks the row, decides and answers, so the answer is the job's state as
-        the decision saw it, whatever commits around it.
+        the decision saw it, whatever commits around it. The audit row follows in the same
+        transaction, while the row is still locked (job_cancel is also run bare, by tests that
+        hold its lock, so it takes no actor).
         """
         if not _valid_id(job_id):
             raise NotFound(f"job {job_id} not found")
 
         async def work(conn: AsyncConnection) -> OpsOutcome | None:
-            return await self.repo.job_cancel(conn, job_id=job_id)
+            outcome = await self.repo.job_cancel(conn, job_id=job_id)
+            if outcome is not None and (
+                outcome.changed or outcome.job["status"] == JobStatus.CANCELLED
+            ):
+                await self.repo.audit_insert(
+                    conn,
+                    actor=actor,
+                    actor_key_id=actor_key_id,
+                    action="job.cancel",
+                    outcome="changed" if outcome.changed else "unchanged",
+                    queue=outcome.job["queue"],
+                    job_id=job_id,
+                    state_before=outcome.job["status_before"],
+                    state_after=outcome.job["status"],
+                )
+            return outcome
 
-        outcome = await self._run(work)
+        outcome = await self._run(work, transaction=True)
         if outcome is None:
             raise NotFound(f"job {job_id} not found")
         status = outcome.job["status"]
@@ -414,13 +442,17 @@ class JobService:
             f"job {job_id} is {status}; only {_states(Operation.CANCEL)} jobs can be cancelled"
         )
 
-    async def retry(self, job_id: int) -> JobRow:
+    async def retry(
+        self, job_id: int, *, actor: str = INTERNAL_ACTOR, actor_key_id: int | None = None
+    ) -> JobRow:
         """Puts a dead, cancelled or succeeded job back to pending with attempts reset."""
         if not _valid_id(job_id):
             raise NotFound(f"job {job_id} not found")
 
         async def work(conn: AsyncConnection) -> OpsOutcome | None:
-            return await self.repo.job_retry(conn, job_id=job_id)
+            return await self.repo.job_retry(
+                conn, job_id=job_id, actor=actor, actor_key_id=actor_key_id
+            )
 
         outcome = await self._run(work)
         if outcome is None:
@@ -436,16 +468,54 @@ class JobService:
             "be retried"
         )
 
-    async def set_paused(self, name: str, *, paused: bool) -> JobRow:
+    async def set_paused(
+        self,
+        name: str,
+        *,
+        paused: bool,
+        actor: str = INTERNAL_ACTOR,
+        actor_key_id: int | None = None,
+    ) -> JobRow:
         """Pauses or resumes a queue; resuming wakes the queue's waiters."""
 
         async def work(conn: AsyncConnection) -> JobRow:
-            return await self.repo.queue_set_paused(conn, name=name, paused=paused)
+            return await self.repo.queue_set_paused(
+                conn, name=name, paused=paused, actor=actor, actor_key_id=actor_key_id
+            )
 
         row = await self._run(work)
         if not paused:
             self.announce(name, RESUME_WAKE_COUNT)
         return row
+
+    async def audit_list(
+        self,
+        *,
+        action: str | None,
+        actor: str | None,
+        limit: int,
+        after: str | None,
+        queue_patterns: Sequence[str] | None = None,
+    ) -> tuple[list[JobRow], str | None]:
+        """A page of the audit trail, newest first, and the next page's cursor (``None`` at the end).
+
+        ``queue_patterns`` (SQL LIKE patterns) keeps only entries of matching queues, which
+        leaves out the key operations.
+        """
+        where = AuditFilter(
+            action=action,
+            actor=actor,
+            queue_patterns=tuple(queue_patterns) if queue_patterns is not None else None,
+            before_id=decode_cursor(after) if after is not None else None,
+            limit=limit + 1,
+        )
+
+        async def work(conn: AsyncConnection) -> list[JobRow]:
+            return await self.repo.audit_list(conn, where=where)
+
+        rows = await self._run(work)
+        next_cursor = encode_cursor(rows[limit - 1]["id"]) if len(rows) > limit else None
+        return rows[:limit], next_cursor
 
     # -- workers -----------------------------------------------------------------------------
 
@@ -495,6 +565,7 @@ class JobService:
                     worker_id=worker_id,
                     key_id=key_id,
                     attempt=row["attempts"],
+                    waited_seconds=_waited(row),
                 )
                 for row in claimed
             ]
@@ -661,6 +732,7 @@ class JobService:
                         status=outcomes[i].status,
                         worker_id=items[i].get("worker_id"),
                         key_id=items[i].get("key_id"),
+                        ran_seconds=outcomes[i].ran_seconds,
                     )
                     for i in sorted(changed)
                 ]
@@ -732,6 +804,12 @@ class JobService:
             return await self.repo.job_due_in_queues(conn, queues=queues, cap=cap)
 
         return await self._run(work)
+
+
+def _waited(row: JobRow) -> float:
+    """Seconds a claimed job was due before its claim, from the row's own (PostgreSQL) times."""
+    waited: float = (row["started_at"] - row["run_at"]).total_seconds()
+    return max(waited, 0.0)
 
 
 def _lease_event(transition: LeaseTransition, status: str | None) -> str:

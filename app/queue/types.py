@@ -39,6 +39,10 @@ class JobEvent:
     worker_id: str | None = None
     key_id: int | None = None
     attempt: int | None = None
+    # From the row's PostgreSQL times: run_at to the claim (claimed), the claim to the end of
+    # the attempt (completed, failed, dead); None for the other kinds.
+    waited_seconds: float | None = None
+    ran_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,8 @@ class LeaseOutcome:
     lease_expires_at: datetime | None = None
     run_at: datetime | None = None
     queue: str | None = None
+    # Seconds from the claim to this call's end of the attempt (complete, fail), by PostgreSQL.
+    ran_seconds: float | None = None
 
     @property
     def ok(self) -> bool:

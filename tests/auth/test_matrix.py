@@ -39,6 +39,7 @@ NEEDS: dict[tuple[str, str], str] = {
     ("POST", "/v1/queues/{name}/pause"): Permission.OPERATE,
     ("POST", "/v1/queues/{name}/resume"): Permission.OPERATE,
     ("GET", "/v1/workers"): Permission.OBSERVE,
+    ("GET", "/v1/audit"): Permission.OBSERVE,
     ("GET", "/metrics"): Permission.OBSERVE,  # not in the spec (Prometheus text)
     ("GET", "/healthz"): PUBLIC,
     ("GET", "/readyz"): PUBLIC,
@@ -163,10 +164,11 @@ async def test_a_wrong_scope_key_of_the_right_role_is_refused_or_sees_nothing(
     async with as_key(client, secret) as c:
         response = await c.request(method, _url(path, seed), json=_body(method, path, seed))
     assert response.status_code < 500, response.text
-    if route in {("GET", "/v1/jobs"), ("GET", "/v1/queues"), ("GET", "/v1/workers")}:
+    listings = {"/v1/jobs": "jobs", "/v1/queues": "queues", "/v1/workers": "workers"}
+    listings["/v1/audit"] = "entries"
+    if method == "GET" and path in listings:
         assert response.status_code == 200
-        listed = response.json()
-        assert listed.get("jobs", listed.get("queues", listed.get("workers"))) == []
+        assert response.json()[listings[path]] == []
     elif route == ("GET", "/metrics"):
         assert response.status_code == 200  # instance figures only: no per-queue series
     elif path in {"/v1/heartbeat", "/v1/complete", "/v1/fail", "/v1/release"}:

@@ -187,7 +187,8 @@ WHERE j.id = i.job_id AND j.lease_id = i.lease_id
   AND j.lease_key_id IS NOT DISTINCT FROM i.key_id
   AND (j.timeout_seconds IS NULL
        OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
-RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue;
+RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue,
+          EXTRACT(EPOCH FROM now() - j.started_at)::float8 AS ran_seconds;
 
 -- name: job_fail
 -- Records a failed attempt of held jobs: scheduled after a backoff (pending when retry_after_seconds is 0), or dead when not retryable or out of attempts.
@@ -232,7 +233,9 @@ WHERE j.id = i.job_id AND j.lease_id = i.lease_id
   AND j.lease_key_id IS NOT DISTINCT FROM i.key_id
   AND (j.timeout_seconds IS NULL
        OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
-RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue;
+-- ran_seconds from now(), not finished_at: a retried attempt has no finished_at.
+RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue,
+          EXTRACT(EPOCH FROM now() - j.started_at)::float8 AS ran_seconds;
 
 -- name: job_release
 -- Returns held jobs to pending (scheduled after a delay) without charging the attempt, keeping or replacing the checkpoint.
@@ -293,7 +296,7 @@ CROSS JOIN LATERAL (SELECT j.lease_id = i.lease_id AND j.worker_id = i.worker_id
 ORDER BY i.ord;
 
 -- name: job_cancel
--- Cancels a pending, scheduled or running job (a running job's lease ends at once); answers the job as it is now and whether this call changed it.
+-- Cancels a pending, scheduled or running job (a running job's lease ends at once); answers the job as it is now, its status before and whether this call changed it.
 -- The row is locked first, so the verdict and the answer describe the same, newest version even
 -- when another transition commits while this one waits for the row.
 WITH target AS (
@@ -310,12 +313,14 @@ cancelled AS (
     WHERE j.id = t.id AND t.status IN ('pending', 'scheduled', 'running')
     RETURNING j.*
 )
-SELECT true AS changed, cancelled.* FROM cancelled
+-- status_before: the state the decision saw, for the audit row the service writes next.
+SELECT true AS changed, target.status AS status_before, cancelled.* FROM cancelled, target
 UNION ALL
-SELECT false AS changed, target.* FROM target WHERE NOT EXISTS (SELECT 1 FROM cancelled);
+SELECT false AS changed, target.status AS status_before, target.*
+FROM target WHERE NOT EXISTS (SELECT 1 FROM cancelled);
 
 -- name: job_retry
--- Puts a dead, cancelled or succeeded job back to pending with its attempts reset (its checkpoint is kept); answers the job as it is now and whether this call changed it.
+-- Puts a dead, cancelled or succeeded job back to pending with its attempts reset (its checkpoint is kept), recording it in audit_log; answers the job as it is now and whether this call changed it.
 WITH target AS (
     SELECT * FROM jobs WHERE id = :id FOR UPDATE
 ),
@@ -328,6 +333,14 @@ retried AS (
     FROM target t
     WHERE j.id = t.id AND t.status IN ('dead', 'cancelled', 'succeeded')
     RETURNING j.*
+),
+audited AS (
+    -- Only a change: a job that cannot be retried is refused (409) and writes nothing.
+    INSERT INTO audit_log (actor, actor_key_id, action, outcome, queue, job_id,
+                           state_before, state_after)
+    SELECT CAST(:actor AS text), CAST(:actor_key_id AS bigint), 'job.retry', 'changed',
+           t.queue, t.id, t.status, r.status
+    FROM target t JOIN retried r ON r.id = t.id
 )
 SELECT true AS changed, retried.* FROM retried
 UNION ALL
@@ -439,10 +452,30 @@ WHERE (t.queue, t.minute, t.outcome, t.shard) IN (
 RETURNING t.minute;
 
 -- name: queue_set_paused
--- Pauses or resumes a queue; claims skip paused queues.
-INSERT INTO queues (name, paused) VALUES (:name, :paused)
-ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()
-RETURNING name, paused, updated_at;
+-- Pauses or resumes a queue, recording it in audit_log (unchanged when it already was); claims skip paused queues.
+-- The queue's row is locked first, and the upsert reads from that lock's result so it runs after
+-- it: the state recorded as before is the one this call changed. A queue never seen has no row:
+-- it was active (two first pauses of a new queue at once may both record active -> paused).
+WITH prior AS (
+    SELECT COALESCE((SELECT paused FROM queues WHERE name = :name FOR UPDATE), false) AS was_paused
+),
+saved AS (
+    INSERT INTO queues (name, paused)
+    SELECT CAST(:name AS text), CAST(:paused AS boolean) FROM prior
+    ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()
+    RETURNING name, paused, updated_at
+),
+audited AS (
+    INSERT INTO audit_log (actor, actor_key_id, action, outcome, queue, state_before, state_after)
+    SELECT CAST(:actor AS text), CAST(:actor_key_id AS bigint),
+           CASE WHEN s.paused THEN 'queue.pause' ELSE 'queue.resume' END,
+           CASE WHEN p.was_paused = s.paused THEN 'unchanged' ELSE 'changed' END,
+           s.name,
+           CASE WHEN p.was_paused THEN 'paused' ELSE 'active' END,
+           CASE WHEN s.paused THEN 'paused' ELSE 'active' END
+    FROM saved s CROSS JOIN prior p
+)
+SELECT name, paused, updated_at FROM saved;
 
 -- name: queue_stats
 -- Per queue: jobs per state from the trigger-kept counters, the age of the oldest pending job (one index probe) and last minute's successes.
@@ -514,3 +547,10 @@ SELECT pg_try_advisory_lock(:lock_key) AS acquired;
 -- name: health_ping
 -- Confirms the database answers.
 SELECT 1 AS alive;
+
+-- name: audit_insert
+-- Records one admin action in audit_log, at the transaction's now(); for actions whose own statement does not (job_cancel).
+INSERT INTO audit_log (actor, actor_key_id, action, outcome, queue, job_id, state_before, state_after)
+VALUES (CAST(:actor AS text), CAST(:actor_key_id AS bigint), CAST(:action AS text),
+        CAST(:outcome AS text), CAST(:queue AS text), CAST(:job_id AS bigint),
+        CAST(:state_before AS text), CAST(:state_after AS text));

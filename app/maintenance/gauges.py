@@ -1,0 +1,45 @@
+"""The metrics refresh: every few seconds, re-read each queue's depth for ``/metrics``' gauges.
+
+A scrape must not cost the database a query (several Prometheus servers may scrape every
+instance), so the gauges show what this loop last read: the trigger-kept ``queue_counts`` rows
+and one index probe per queue for its oldest pending job (``service.queue_stats()``, the same
+read as ``GET /v1/queues``). It runs on every instance, so each one's scrape is complete.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from app.queue.service import JobService
+from app.queue.types import JobRow
+from app.settings import setting_default
+
+METRICS_REFRESH_DEFAULT: float = setting_default("metrics_refresh_seconds")
+
+
+class QueueGauges:
+    """Reads the per-queue counts every interval and keeps the latest for the scrape."""
+
+    name = "metrics"
+    leader_only = False
+    batch_size = None
+
+    def __init__(
+        self, *, service: JobService, interval_seconds: float = METRICS_REFRESH_DEFAULT
+    ) -> None:
+        if not interval_seconds > 0:
+            raise ValueError("interval_seconds must be > 0")
+        self.service = service
+        self.interval_seconds = interval_seconds
+        # One row per queue (name, paused, a count per state, oldest_pending_age_seconds ...);
+        # None until the first read.
+        self.queues: Sequence[JobRow] | None = None
+
+    async def run_once(self) -> int:
+        """One read; answers how many queues it saw."""
+        self.queues = await self.service.queue_stats()
+        return len(self.queues)
+
+    async def run_batch(self) -> int:
+        """One read (the runner's unit of work)."""
+        return await self.run_once()
