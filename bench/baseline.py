@@ -62,14 +62,11 @@ WHERE id = ANY($1) AND lease_id = ANY($2) AND status = 'running'
 """
 
 
-async def connect_all(dsn: str, n: int) -> list[Any]:
-    """``n`` asyncpg connections, named ``bench-raw`` in ``pg_stat_activity``."""
+async def connect_all(dsn: str, n: int, name: str = APPLICATION_NAME) -> list[Any]:
+    """``n`` asyncpg connections, named ``name`` (default ``bench-raw``) in ``pg_stat_activity``."""
     return list(
         await asyncio.gather(
-            *(
-                asyncpg.connect(dsn, server_settings={"application_name": APPLICATION_NAME})
-                for _ in range(n)
-            )
+            *(asyncpg.connect(dsn, server_settings={"application_name": name}) for _ in range(n))
         )
     )
 

@@ -32,6 +32,8 @@ from pgqueuer import AsyncpgDriver, Job, Queries, QueueManager
 from pgqueuer.domain.settings import db_settings
 from pgqueuer.types import QueueExecutionMode
 
+from bench import baseline
+from bench.baseline import close_all
 from bench.load import Errors, Meter
 from bench.workloads import JOB_TYPE, Counter
 
@@ -87,19 +89,7 @@ class DrainManager(QueueManager):
 
 async def connect_all(dsn: str, n: int) -> list[Any]:
     """``n`` asyncpg connections, named ``bench-pgqueuer`` in ``pg_stat_activity``."""
-    return list(
-        await asyncio.gather(
-            *(
-                asyncpg.connect(dsn, server_settings={"application_name": APPLICATION_NAME})
-                for _ in range(n)
-            )
-        )
-    )
-
-
-async def close_all(conns: list[Any]) -> None:
-    """Closes every connection."""
-    await asyncio.gather(*(conn.close() for conn in conns))
+    return await baseline.connect_all(dsn, n, APPLICATION_NAME)
 
 
 def payload(n: int) -> bytes:

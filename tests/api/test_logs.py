@@ -17,27 +17,17 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.api.state import app_state
 from app.auth.keys import Role
-from app.logs import JsonFormatter
 from tests.api.helpers import claim, enqueue, lease, lease_call
 from tests.auth.conftest import make_key
+from tests.logcapture import json_log_lines
 from tests.processes import JobqServers
 
 
 @pytest.fixture
 def log_lines() -> Iterator[io.StringIO]:
     """Every record at info and above, as the JSON lines `jobq serve` writes."""
-    out = io.StringIO()
-    handler = logging.StreamHandler(out)
-    handler.setFormatter(JsonFormatter())
-    root = logging.getLogger()
-    saved = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
-    try:
+    with json_log_lines(logging.INFO) as out:
         yield out
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(saved)
 
 
 def parsed(out: io.StringIO, event: str) -> list[dict[str, Any]]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -9,9 +11,11 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.main import repository_for
+from app.migrations import upgrade
 from app.queue.repository import Repository
 from app.queue.service import JobService
 from app.settings import Settings
+from tests.conftest import create_database, drop_database
 
 
 def repository() -> Repository:
@@ -68,3 +72,20 @@ async def job_row(engine: AsyncEngine, job_id: int) -> dict[str, Any]:
     async with engine.connect() as conn:
         row = await conn.execute(text("SELECT * FROM jobs WHERE id = :id"), {"id": job_id})
         return dict(row.mappings().one())
+
+
+# Plan tests run on the session's server and, when set, on JOBQ_PLAN_DATABASE_URL's (.ci/run
+# points it at PostgreSQL 15, where no skip scan hides a plan that walks a whole index).
+PLAN_SERVERS = [
+    "session",
+    *(["JOBQ_PLAN_DATABASE_URL"] if os.environ.get("JOBQ_PLAN_DATABASE_URL") else []),
+]
+
+
+def migrated_database(server_param: str, pg_server_url: str, prefix: str) -> Iterator[str]:
+    """A fresh migrated database on the plan server ``server_param`` names; dropped after."""
+    server = pg_server_url if server_param == "session" else os.environ[server_param]
+    url = create_database(server, prefix=prefix)
+    upgrade(url)
+    yield url
+    drop_database(server, url)

@@ -9,7 +9,6 @@ PostgreSQL 18 by default), and also on the server in ``JOBQ_PLAN_DATABASE_URL`` 
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -17,7 +16,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
 from app.db import async_url
-from app.migrations import upgrade
 from bench.plans import (
     DUE_PER_CLAIM_QUEUE,
     Explained,
@@ -28,26 +26,16 @@ from bench.plans import (
     probes,
     seed_history,
 )
-from tests.conftest import create_database, drop_database
-from tests.integration.helpers import repository
+from tests.integration.helpers import PLAN_SERVERS, migrated_database, repository
 
 PAGE = 51  # the probes' listing limit
 STATES = 6
 MAX_JOBS = 100
 
-SERVERS = [
-    "session",
-    *(["JOBQ_PLAN_DATABASE_URL"] if os.environ.get("JOBQ_PLAN_DATABASE_URL") else []),
-]
 
-
-@pytest.fixture(scope="module", params=SERVERS)
+@pytest.fixture(scope="module", params=PLAN_SERVERS)
 def history_url(request: pytest.FixtureRequest, pg_server_url: str) -> Iterator[str]:
-    server = pg_server_url if request.param == "session" else os.environ[request.param]
-    url = create_database(server, prefix="jobq_history")
-    upgrade(url)
-    yield url
-    drop_database(server, url)
+    yield from migrated_database(request.param, pg_server_url, "jobq_history")
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ tick read every running job.
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -16,26 +15,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
 from app.db import async_url
-from app.migrations import upgrade
 from bench.plans import explain, rows_touched
-from tests.conftest import create_database, drop_database
-from tests.integration.helpers import repository
+from tests.integration.helpers import PLAN_SERVERS, migrated_database, repository
 
 RUNNING = 3000
 
-SERVERS = [
-    "session",
-    *(["JOBQ_PLAN_DATABASE_URL"] if os.environ.get("JOBQ_PLAN_DATABASE_URL") else []),
-]
 
-
-@pytest.fixture(scope="module", params=SERVERS)
+@pytest.fixture(scope="module", params=PLAN_SERVERS)
 def running_url(request: pytest.FixtureRequest, pg_server_url: str) -> Iterator[str]:
-    server = pg_server_url if request.param == "session" else os.environ[request.param]
-    url = create_database(server, prefix="jobq_reaper")
-    upgrade(url)
-    yield url
-    drop_database(server, url)
+    yield from migrated_database(request.param, pg_server_url, "jobq_reaper")
 
 
 @pytest.fixture(scope="module")

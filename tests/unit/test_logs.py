@@ -21,6 +21,7 @@ from app.logs import (
     request_id,
 )
 from app.queue.types import JobEvent
+from tests.logcapture import json_log_lines
 
 TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
@@ -28,18 +29,8 @@ TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 @pytest.fixture
 def lines() -> Iterator[io.StringIO]:
     """What the root logger writes at debug and above, as JSON lines."""
-    out = io.StringIO()
-    handler = logging.StreamHandler(out)
-    handler.setFormatter(JsonFormatter())
-    root = logging.getLogger()
-    saved = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.DEBUG)
-    try:
+    with json_log_lines(logging.DEBUG) as out:
         yield out
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(saved)
 
 
 def parsed(out: io.StringIO) -> list[dict[str, Any]]:
