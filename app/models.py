@@ -43,6 +43,8 @@ jobs = Table(
     # The API key whose worker holds the lease (NULL without authentication): a worker id is
     # only unique within its key, so lease calls check both.
     Column("lease_key_id", BigInteger, nullable=True),
+    # Which jobq instance granted the running lease (migration 0010), for GET /v1/workers.
+    Column("lease_instance", Text, nullable=True),
     Column("lease_expires_at", DateTime(timezone=True), nullable=True),
     Column("lease_seconds", Integer, nullable=False),
     # The lease length the current claim asked for: what a heartbeat extends by by default.
@@ -123,6 +125,15 @@ jobs = Table(
     # Listings, newest first: per queue and state, and per queue, type and state.
     Index("ix_jobs_queue_status_id", "queue", "status", "id"),
     Index("ix_jobs_queue_type_status_id", "queue", "type", "status", "id"),
+    # Search (migration 0010): payload containment through GIN, time ranges through BRIN (rows
+    # arrive in created_at order, so a few pages summarise millions of them).
+    Index(
+        "ix_jobs_payload",
+        "payload",
+        postgresql_using="gin",
+        postgresql_ops={"payload": "jsonb_path_ops"},
+    ),
+    Index("ix_jobs_created_at", "created_at", postgresql_using="brin"),
 )
 
 queues = Table(
@@ -176,7 +187,8 @@ api_keys = Table(
 )
 
 # What each admin action writes (migration 0009): one row per accepted cancel, retry, pause or
-# resume, written by the action's own statement, and one per attempted key create or revoke.
+# resume, written by the action's own statement, one per bulk action (migration 0010) with its
+# filter and count in detail, and one per attempted key create or revoke.
 # Never updated; no pruning yet. The actor is copied as text: keys are revoked, never deleted,
 # and the CLI and anonymous callers have no key row.
 AUDIT_ACTIONS = (
@@ -186,6 +198,9 @@ AUDIT_ACTIONS = (
     "queue.resume",
     "key.create",
     "key.revoke",
+    "bulk.retry",
+    "bulk.cancel",
+    "bulk.delete",
 )
 
 audit_log = Table(

@@ -35,6 +35,12 @@ class Settings(BaseSettings):
     workers: int = Field(
         default=1, ge=1, le=64, description="Server processes sharing the port (also --workers)."
     )
+    instance_name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="This instance's name on the leases it grants; unset: <hostname>:<pid>.",
+    )
 
     db_pool_size: int = Field(
         default=10, ge=1, le=200, description="Connections for enqueue, claim and lease calls."
@@ -117,6 +123,12 @@ class Settings(BaseSettings):
         description="Leases per heartbeat / complete / fail / release.",
     )
     list_max_limit: int = Field(default=500, ge=1, le=10000, description="Jobs per listing page.")
+    bulk_batch_size: int = Field(
+        default=1000,
+        ge=1,
+        le=100_000,
+        description="Jobs a bulk action changes per statement (each batch commits on its own).",
+    )
     longpoll_max_wait_seconds: float = Field(
         default=20, ge=0, le=60, description="Longest wait_seconds a claim may ask for."
     )

@@ -244,11 +244,16 @@ Probe = Callable[[Any, Any], Awaitable[Any]]
 
 def _list_filter(**fields: Any) -> Any:
     # Where ListFilter lives moved with the refactor of revision 0006; take it from either place.
+    # Since revision 0010 its filters are a JobSearch.
     try:
         from app.queue.types import ListFilter
     except ImportError:  # the code before revision 0006
         from app.queue.repository import ListFilter  # type: ignore[attr-defined,no-redef]
-    return ListFilter(limit=51, **fields)
+    try:
+        from app.queue.types import JobSearch
+    except ImportError:
+        return ListFilter(limit=51, **fields)
+    return ListFilter(limit=51, search=JobSearch(**fields))
 
 
 def _dead() -> Any:

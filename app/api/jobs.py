@@ -1,4 +1,4 @@
-"""Producer endpoints: enqueue (single and batch), read, list, cancel, retry."""
+"""Producer and ops endpoints on jobs: enqueue (single and batch), read, search, cancel, retry, bulk actions."""
 
 # No ``from __future__ import annotations`` here: the endpoints are annotated with request models
 # built for the app's settings inside build_router, which FastAPI must see as classes.
@@ -23,7 +23,8 @@ from app.api.schemas import (
 from app.auth.keys import Permission, Principal
 from app.errors import PROBLEM, InvalidInput
 from app.queue.service import JobService
-from app.queue.states import JobStatus
+from app.queue.states import BulkAction, JobStatus
+from app.queue.types import JobSearch
 from app.settings import Settings
 
 
@@ -128,6 +129,11 @@ def build_router(settings: Settings) -> APIRouter:
         any_created = any(created for _, created in answered)
         return jobs_response((row for row, _ in answered), status_code=201 if any_created else 200)
 
+    class BulkRequest(wire.BulkRequest):
+        __doc__ = wire.BulkRequest.__doc__
+        queue: Queue | None = None
+        type: Annotated[str, wire.at_most(settings.type_max_chars)] | None = None
+
     @router.get("", response_model=JobPage, responses={422: PROBLEM})
     async def list_jobs(
         caller: Annotated[Principal, requires(Permission.READ_JOBS)],
@@ -139,26 +145,80 @@ def build_router(settings: Settings) -> APIRouter:
             # No NUL: text columns cannot hold it, so it would only fail inside PostgreSQL.
             Query(min_length=1, max_length=settings.type_max_chars, pattern=r"^[^\x00]+$"),
         ] = None,
+        payload: Annotated[
+            str | None,
+            Query(
+                min_length=1,
+                max_length=wire.PAYLOAD_FILTER_MAX_CHARS,
+                description="Jobs whose payload contains this JSON value (jsonb @>), e.g. "
+                '{"user": 42}; URL-encoded.',
+            ),
+        ] = None,
+        created_after: Annotated[
+            wire.Instant | None, Query(description="Created at or after (RFC 3339, offset).")
+        ] = None,
+        created_before: Annotated[
+            wire.Instant | None, Query(description="Created before (RFC 3339, offset).")
+        ] = None,
         limit: Annotated[int, Query(ge=1, le=settings.list_max_limit)] = 50,
         after: Annotated[
             str | None, Query(max_length=200, description="next_cursor of the previous page")
         ] = None,
     ) -> Response:
-        """Lists jobs newest first with keyset pagination (never OFFSET).
+        """Lists and searches jobs newest first with keyset pagination (never OFFSET).
 
-        A key scoped to some queues sees only their jobs; naming another queue is a 403.
+        Filters combine: queue, state, type, payload containment, creation time range. A key
+        scoped to some queues sees only their jobs; naming another queue is a 403.
         """
         if queue is not None:
             allow_queue(caller, queue, field="query.queue")
-        rows, next_cursor = await service.list_jobs(
+        search = JobSearch(
             queue=queue,
             status=status,
             type=type,
-            limit=limit,
-            after=after,
+            payload=wire.payload_filter(payload) if payload is not None else None,
+            created_after=created_after,
+            created_before=created_before,
             queue_patterns=caller.like_patterns() if queue is None else None,
         )
+        rows, next_cursor = await service.search_jobs(search, limit=limit, after=after)
         return jobs_response(rows, next_cursor=next_cursor)
+
+    # Before the /{job_id}/... routes, which would otherwise take "bulk" for a job id.
+    @router.post("/bulk/{action}", response_model=wire.BulkResult, responses={422: PROBLEM})
+    async def bulk_action(
+        caller: Annotated[Principal, requires(Permission.OPERATE)],
+        action: BulkAction,
+        body: BulkRequest,
+        service: Service,
+    ) -> wire.BulkResult:
+        """Retries, cancels or deletes every job a search covers, in batches; answers how many.
+
+        Each batch (``JOBQ_BULK_BATCH_SIZE`` jobs) is one statement that locks its jobs, checks
+        their state again and changes them, committed on its own: no long lock, no huge
+        transaction. Jobs another call moved meanwhile are left alone and not counted; jobs
+        enqueued after the action began are not touched. With ``dry_run`` it answers how many
+        it would change now and changes none. Recorded in the audit trail with its search and
+        count. A key scoped to some queues acts only on their jobs.
+        """
+        if body.queue is not None:
+            allow_queue(caller, body.queue, field="body.queue")
+        search = JobSearch(
+            queue=body.queue,
+            status=body.status,
+            type=body.type,
+            payload=body.payload,
+            created_after=body.created_after,
+            created_before=body.created_before,
+            queue_patterns=caller.like_patterns() if body.queue is None else None,
+        )
+        if body.dry_run:
+            count = await service.bulk_preview(action, search)
+            return wire.BulkResult(action=action, dry_run=True, changed=count, batches=0)
+        outcome = await service.bulk(action, search, actor=caller.name, actor_key_id=caller.key_id)
+        return wire.BulkResult(
+            action=action, dry_run=False, changed=outcome.changed, batches=outcome.batches
+        )
 
     @router.get("/{job_id}", response_model=Job, responses={404: PROBLEM})
     async def get_job(

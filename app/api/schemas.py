@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
+from fastapi.exceptions import RequestValidationError
 from pydantic import (
     AfterValidator,
     AwareDatetime,
@@ -35,6 +36,8 @@ from pydantic import (
     model_validator,
 )
 
+from app.api.strict_json import parse_strict_json
+from app.errors import InvalidInput
 from app.queue.bounds import (
     DELAY_SECONDS_MAX,
     LEASE_SECONDS_MAX,
@@ -46,7 +49,7 @@ from app.queue.bounds import (
     TIMEOUT_SECONDS_MAX,
     instant_in_window,
 )
-from app.queue.states import JobStatus
+from app.queue.states import BulkAction, JobStatus
 from app.queue.types import NewJob
 from app.settings import setting_default
 
@@ -243,6 +246,54 @@ class JobPage(BaseModel):
     next_cursor: str | None
 
 
+PAYLOAD_FILTER_MAX_CHARS = 4096
+
+
+def payload_filter(text: str, *, field: str = "query.payload") -> Any:
+    """A payload search given as JSON text (``{"user": 42}``), parsed as strictly as a body."""
+    if len(text) > PAYLOAD_FILTER_MAX_CHARS:
+        message = f"must be at most {PAYLOAD_FILTER_MAX_CHARS} characters of JSON"
+    else:
+        try:
+            return parse_strict_json(text.encode())
+        except RequestValidationError as exc:
+            message = str(exc.errors()[0].get("msg", "invalid JSON"))
+    raise InvalidInput(
+        f"payload filter: {message}", errors=[{"field": field, "message": message}]
+    )
+
+
+class BulkRequest(StrictModel):
+    """Which jobs a bulk action covers; every field given narrows it (none: every job the action
+    may touch). Bulk retry takes dead jobs unless ``status`` names cancelled or succeeded ones;
+    bulk cancel takes scheduled and pending ones (a running job is cancelled by id); bulk delete
+    takes finished ones."""
+
+    queue: QueueName | None = None
+    status: JobStatus | None = None
+    type: JobType | None = None
+    payload: JsonValue = Field(
+        default=None,
+        description='Jobs whose payload contains this JSON value (jsonb @>), e.g. {"user": 42}.',
+    )
+    created_after: Instant | None = Field(default=None, description="Created at or after.")
+    created_before: Instant | None = Field(default=None, description="Created before.")
+    dry_run: bool = Field(
+        default=False, description="Count the jobs the action would change, and change none."
+    )
+
+
+class BulkResult(BaseModel):
+    """What a bulk action changed."""
+
+    action: BulkAction
+    dry_run: bool
+    changed: int = Field(
+        description="Jobs changed (with dry_run: jobs the action would change now, exactly)."
+    )
+    batches: int = Field(description="Statements it ran, each committed on its own.")
+
+
 class ClaimRequest(StrictModel):
     """A worker asking for up to ``max_jobs`` leases."""
 
@@ -371,6 +422,17 @@ class LeaseResults(BaseModel):
     results: list[LeaseResult]
 
 
+class MinuteOutcomes(BaseModel):
+    """A queue's outcomes in one minute: attempts that succeeded, failed (to be retried), went
+    dead, or jobs cancelled."""
+
+    minute: datetime
+    succeeded: int = 0
+    failed: int = 0
+    dead: int = 0
+    cancelled: int = 0
+
+
 class QueueStats(BaseModel):
     """Counts per state for one queue."""
 
@@ -385,6 +447,11 @@ class QueueStats(BaseModel):
     oldest_pending_age_seconds: float | None
     succeeded_last_minute: int = Field(
         description="Jobs that succeeded in the last 60 s, estimated from per-minute counts."
+    )
+    last_hour: list[MinuteOutcomes] = Field(
+        default_factory=list,
+        description="Outcomes per minute over the last hour, oldest first; minutes with none "
+        "are left out.",
     )
 
 
@@ -408,10 +475,20 @@ class WorkerInfo(BaseModel):
     key_name: str | None = Field(
         default=None, description="The API key the worker claimed with (none without keys)."
     )
+    instance: str | None = Field(
+        default=None,
+        description="The jobq instance(s) that granted its leases (JOBQ_INSTANCE_NAME, or "
+        "<hostname>:<pid>).",
+    )
     jobs_held: int
     job_ids: list[int]
+    lease_expiries: list[datetime] = Field(
+        default_factory=list, description="Each held job's lease expiry, in job_ids' order."
+    )
     next_lease_expiry: datetime | None
-    last_seen_at: datetime | None
+    last_seen_at: datetime | None = Field(
+        description="Its last claim or heartbeat on a job it still holds."
+    )
 
 
 class WorkerList(BaseModel):
@@ -435,6 +512,9 @@ class AuditAction(enum.StrEnum):
     QUEUE_RESUME = "queue.resume"
     KEY_CREATE = "key.create"
     KEY_REVOKE = "key.revoke"
+    BULK_RETRY = "bulk.retry"
+    BULK_CANCEL = "bulk.cancel"
+    BULK_DELETE = "bulk.delete"
 
 
 class AuditEntry(BaseModel):
@@ -456,7 +536,10 @@ class AuditEntry(BaseModel):
         description='The job\'s status, "paused" / "active", or "live" / "revoked" before.'
     )
     state_after: str | None
-    detail: JsonValue = Field(description="For a key created: its role and queue scopes.")
+    detail: JsonValue = Field(
+        description="For a key created: its role and queue scopes. For a bulk action: its "
+        "search, the jobs it changed and its batches."
+    )
 
 
 class AuditPage(BaseModel):

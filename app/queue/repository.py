@@ -16,17 +16,30 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-from sqlalchemy import Select, Text, any_, func, literal, select, true
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    Text,
+    any_,
+    delete,
+    func,
+    literal,
+    select,
+    true,
+    update,
+)
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.models import audit_log, jobs, queue_counts
+from app.queue.bounds import MAX_BIGINT
 from app.queue.queries import statement
-from app.queue.states import JobStatus
+from app.queue.states import BulkAction, JobStatus
 from app.queue.types import (
     BackoffPolicy,
     ClaimSlot,
     JobRow,
+    JobSearch,
     LeaseItem,
     LeaseOutcome,
     LeaseTransition,
@@ -72,8 +85,10 @@ def _ops_outcome(rows: Sequence[JobRow]) -> OpsOutcome | None:
 class Repository:
     """Runs the named statements of ``sql/*.sql``; callers own the transaction."""
 
-    def __init__(self, *, backoff: BackoffPolicy) -> None:
+    def __init__(self, *, backoff: BackoffPolicy, instance: str | None = None) -> None:
         self.backoff = backoff
+        # This jobq instance's name, written on the leases it grants (GET /v1/workers shows it).
+        self.instance = instance
 
     # -- producers and reads -----------------------------------------------------------------
 
@@ -125,6 +140,7 @@ class Repository:
                 "worker_ids": [slot.worker_id for slot in slots],
                 "key_ids": [slot.key_id for slot in slots],
                 "lease_seconds": [slot.lease_seconds for slot in slots],
+                "instance": self.instance,
             },
         )
         by_slot: list[JobRow | None] = [None] * len(slots)
@@ -267,6 +283,7 @@ class Repository:
         job_id: int | None = None,
         state_before: str | None = None,
         state_after: str | None = None,
+        detail: Mapping[str, Any] | None = None,
     ) -> None:
         """Records one admin action in the audit trail (in the caller's transaction)."""
         await conn.execute(
@@ -280,12 +297,47 @@ class Repository:
                 "job_id": job_id,
                 "state_before": state_before,
                 "state_after": state_after,
+                "detail": to_json(detail) if detail is not None else None,
             },
         )
 
     async def audit_list(self, conn: AsyncConnection, *, where: AuditFilter) -> list[JobRow]:
         """A page of audit entries, newest first, after the keyset position ``before_id``."""
         result = await conn.execute(audit_list_query(where))
+        return list(result.mappings().all())
+
+    async def job_count(
+        self, conn: AsyncConnection, *, search: JobSearch, statuses: Sequence[JobStatus]
+    ) -> int:
+        """How many jobs in ``statuses`` the search covers now."""
+        result = await conn.execute(job_count_query(search, statuses))
+        return int(result.scalar_one())
+
+    async def job_bulk_batch(
+        self,
+        conn: AsyncConnection,
+        *,
+        action: BulkAction,
+        search: JobSearch,
+        statuses: Sequence[JobStatus],
+        below_id: int | None,
+        batch_size: int,
+    ) -> list[JobRow]:
+        """One batch of a bulk action: its candidates (id, queue) and whether each was changed."""
+        result = await conn.execute(
+            job_bulk_batch_query(action, search, statuses, below_id=below_id, batch_size=batch_size)
+        )
+        return list(result.mappings().all())
+
+    async def job_id_ceiling(self, conn: AsyncConnection) -> int | None:
+        """One past the highest job id now (the primary key's last entry), ``None`` when empty."""
+        result = await conn.execute(select(func.max(jobs.c.id) + 1))
+        value = result.scalar_one()
+        return int(value) if value is not None else None
+
+    async def queue_throughput(self, conn: AsyncConnection, *, minutes: int) -> list[JobRow]:
+        """Outcomes per queue and minute over the last ``minutes`` minutes (current one included)."""
+        result = await conn.execute(statement("queue_throughput").clause, {"minutes": minutes})
         return list(result.mappings().all())
 
     async def queue_stats(self, conn: AsyncConnection) -> list[JobRow]:
@@ -397,48 +449,90 @@ class Repository:
         }
 
 
+def _search_conditions(search: JobSearch) -> list[ColumnElement[bool]]:
+    """The search's filters on ``jobs`` other than queue and state."""
+    conditions: list[ColumnElement[bool]] = []
+    if search.type is not None:
+        conditions.append(jobs.c.type == search.type)
+    if search.payload is not None:
+        # jsonb @>, served by ix_jobs_payload (jsonb_path_ops).
+        conditions.append(jobs.c.payload.contains(search.payload))
+    if search.created_after is not None:
+        conditions.append(jobs.c.created_at >= search.created_after)
+    if search.created_before is not None:
+        conditions.append(jobs.c.created_at < search.created_before)
+    return conditions
+
+
 def job_list_query(where: ListFilter) -> Select[Any]:
     """The listing as one statement whose cost follows the page, not the table.
 
-    Newest first, by id. Unfiltered, it walks the primary key. Filtered, it walks one index
-    range per (queue, state) pair (``ix_jobs_queue_status_id``, or with a type
-    ``ix_jobs_queue_type_status_id``), each ordered by id and cut at the page size, and merges
-    them: at most ``limit`` rows per pair are read. Without a queue the pairs cover every queue
-    the counters know; without a state, every state.
+    Newest first, by id. Unfiltered, it walks the primary key. Filtered by queue, state or type,
+    it walks one index range per (queue, state) pair (``ix_jobs_queue_status_id``, or with a
+    type ``ix_jobs_queue_type_status_id``), each ordered by id and cut at the page size, and
+    merges them: at most ``limit`` rows per pair are read. Without a queue the pairs cover every
+    queue the counters know; without a state, every state (or ``where.statuses``).
+
+    A payload or time search is one plain statement, left to the planner: the GIN index on
+    payload or the BRIN index on created_at for a rare match (then a sort of the matches), or
+    the primary key walked newest first, filtered, for a common one.
     """
+    search = where.search
+    if where.statuses is not None:
+        states = [s.value for s in where.statuses]
+    elif search.status is not None:
+        states = [search.status.value]
+    else:
+        states = [s.value for s in JobStatus]
+    if search.searches_content:
+        conditions = _search_conditions(search)
+        if search.queue is not None:
+            conditions.append(jobs.c.queue == search.queue)
+        if search.queue_patterns is not None:
+            conditions.append(
+                jobs.c.queue.like(any_(literal(list(search.queue_patterns), ARRAY(Text))))
+            )
+        if len(states) < len(JobStatus):
+            conditions.append(jobs.c.status.in_(states))
+        if where.before_id is not None:
+            conditions.append(jobs.c.id < where.before_id)
+        return select(jobs).where(*conditions).order_by(jobs.c.id.desc()).limit(where.limit)
+
     if (
-        where.queue is None
-        and where.status is None
-        and where.type is None
-        and where.queue_patterns is None
+        search.queue is None
+        and len(states) == len(JobStatus)
+        and search.type is None
+        and search.queue_patterns is None
     ):
         query = select(jobs)
         if where.before_id is not None:
             query = query.where(jobs.c.id < where.before_id)
         return query.order_by(jobs.c.id.desc()).limit(where.limit)
 
-    states = [where.status.value] if where.status is not None else [s.value for s in JobStatus]
-    state_list = (
-        func.unnest(literal(states, ARRAY(Text))).table_valued("status").render_derived(name="s")
-    )
-    if where.queue is not None:
+    if search.queue is not None:
         queue_list: Any = (
-            func.unnest(literal([where.queue], ARRAY(Text)))
+            func.unnest(literal([search.queue], ARRAY(Text)))
             .table_valued("name")
             .render_derived(name="qn")
         )
     else:
         known = select(queue_counts.c.queue.label("name")).distinct()
-        if where.queue_patterns is not None:
+        if search.queue_patterns is not None:
             # A scoped key's listing: only the queues its patterns match.
             known = known.where(
-                queue_counts.c.queue.like(any_(literal(list(where.queue_patterns), ARRAY(Text))))
+                queue_counts.c.queue.like(any_(literal(list(search.queue_patterns), ARRAY(Text))))
             )
         queue_list = known.subquery("qn")
 
+    # The state comes in as a list joined in, not written into each branch: a state written in
+    # would let the planner pick a partial index of that state (ix_jobs_finished_status_finished_at
+    # holds every finished job of every queue) and filter it; joined in, only the composite
+    # index serves the branch.
+    state_list = (
+        func.unnest(literal(states, ARRAY(Text))).table_valued("status").render_derived(name="s")
+    )
     conditions = [jobs.c.queue == queue_list.c.name, jobs.c.status == state_list.c.status]
-    if where.type is not None:
-        conditions.append(jobs.c.type == where.type)
+    conditions.extend(_search_conditions(search))
     if where.before_id is not None:
         conditions.append(jobs.c.id < where.before_id)
     branch = (
@@ -449,6 +543,155 @@ def job_list_query(where: ListFilter) -> Select[Any]:
         .select_from(queue_list.join(state_list, true()).join(branch, true()))
         .order_by(branch.c.id.desc())
         .limit(where.limit)
+    )
+
+
+def job_count_query(search: JobSearch, statuses: Sequence[JobStatus]) -> Select[Any]:
+    """How many jobs of ``statuses`` a search covers now: from the counters when it names no
+    type, payload or time, else counted through the indexes the listing uses."""
+    states = [s.value for s in statuses]
+    if search.type is None and not search.searches_content:
+        conditions: list[ColumnElement[bool]] = [queue_counts.c.status.in_(states)]
+        if search.queue is not None:
+            conditions.append(queue_counts.c.queue == search.queue)
+        if search.queue_patterns is not None:
+            conditions.append(
+                queue_counts.c.queue.like(any_(literal(list(search.queue_patterns), ARRAY(Text))))
+            )
+        return select(func.coalesce(func.sum(queue_counts.c.jobs), 0)).where(*conditions)
+    page = job_list_query(
+        ListFilter(search=search, statuses=tuple(statuses), limit=MAX_BIGINT)
+    ).subquery("matched")
+    return select(func.count()).select_from(page)
+
+
+# What each bulk action does to a locked row (the single ops actions' SET lists, job_cancel and
+# job_retry in sql/jobs.sql; cancel here never meets a running job).
+_BULK_SET: Mapping[BulkAction, Mapping[str, Any]] = {
+    BulkAction.RETRY: {
+        "status": "pending",
+        "attempts": 0,
+        "run_at": func.now(),
+        "lease_id": None,
+        "worker_id": None,
+        "lease_key_id": None,
+        "lease_instance": None,
+        "lease_ended_by": None,
+        "lease_expires_at": None,
+        "started_at": None,
+        "finished_at": None,
+        "result": None,
+        "updated_at": func.now(),
+    },
+    BulkAction.CANCEL: {
+        "status": "cancelled",
+        "finished_at": func.now(),
+        "lease_expires_at": None,
+        "updated_at": func.now(),
+    },
+}
+
+
+def _bulk_candidates(
+    search: JobSearch, states: Sequence[str], *, below_id: int | None, batch_size: int
+) -> Select[Any]:
+    """Up to ``batch_size`` jobs of the search in ``states`` with ids below ``below_id``, in no
+    order: every condition is an index condition (the per-queue composite index, or the GIN
+    and BRIN indexes for content), so no plan has to sort or filter its way to them."""
+    if search.searches_content:
+        conditions = _search_conditions(search)
+        conditions.append(jobs.c.status.in_(states))
+        if search.queue is not None:
+            conditions.append(jobs.c.queue == search.queue)
+        if search.queue_patterns is not None:
+            conditions.append(
+                jobs.c.queue.like(any_(literal(list(search.queue_patterns), ARRAY(Text))))
+            )
+        if below_id is not None:
+            conditions.append(jobs.c.id < below_id)
+        return select(jobs.c.id, jobs.c.queue).where(*conditions).limit(batch_size)
+    if search.queue is not None:
+        queue_list: Any = (
+            func.unnest(literal([search.queue], ARRAY(Text)))
+            .table_valued("name")
+            .render_derived(name="qn")
+        )
+    else:
+        known = select(queue_counts.c.queue.label("name")).distinct()
+        if search.queue_patterns is not None:
+            known = known.where(
+                queue_counts.c.queue.like(any_(literal(list(search.queue_patterns), ARRAY(Text))))
+            )
+        queue_list = known.subquery("qn")
+    # States joined in from a list, as in job_list_query, and no order: the composite index's
+    # (queue, state) range is then the cheapest way to the first ``batch_size`` rows.
+    state_list = (
+        func.unnest(literal(list(states), ARRAY(Text)))
+        .table_valued("status")
+        .render_derived(name="s")
+    )
+    conditions = [jobs.c.queue == queue_list.c.name, jobs.c.status == state_list.c.status]
+    conditions.extend(_search_conditions(search))
+    if below_id is not None:
+        conditions.append(jobs.c.id < below_id)
+    branch = select(jobs.c.id, jobs.c.queue).where(*conditions).limit(batch_size).lateral("j")
+    return (
+        select(branch.c.id, branch.c.queue)
+        .select_from(queue_list.join(state_list, true()).join(branch, true()))
+        .limit(batch_size)
+    )
+
+
+def job_bulk_batch_query(
+    action: BulkAction,
+    search: JobSearch,
+    statuses: Sequence[JobStatus],
+    *,
+    below_id: int | None,
+    batch_size: int,
+) -> Select[Any]:
+    """One batch of a bulk action as one statement: up to ``batch_size`` jobs of the search with
+    ids below ``below_id``, locked, checked again and changed. Answers every candidate with
+    whether this statement changed it. Every candidate leaves the search either way (changed,
+    or moved by another call to a state outside it), so repeating the statement until it finds
+    fewer than ``batch_size`` candidates ends, with no cursor."""
+    states = [s.value for s in statuses]
+    page = _bulk_candidates(search, states, below_id=below_id, batch_size=batch_size).subquery(
+        "page"
+    )
+    candidates = select(page.c.id, page.c.queue).cte("candidates").prefix_with("MATERIALIZED")
+    # FOR UPDATE re-reads each row at its newest version and re-applies the state condition, so a
+    # job another transaction moved meanwhile is left alone. The ids go in as arrays: "id =
+    # ANY(ARRAY(...))" is a primary-key probe per id, where "id IN (SELECT ...)" may be planned
+    # as a hash join over the whole table.
+    locked = (
+        select(jobs.c.id)
+        .where(
+            jobs.c.id == any_(func.array(select(candidates.c.id).scalar_subquery())),
+            jobs.c.status.in_(states),
+        )
+        .with_for_update(of=jobs)
+        .cte("locked")
+    )
+    chosen = jobs.c.id == any_(func.array(select(locked.c.id).scalar_subquery()))
+    if action is BulkAction.DELETE:
+        change: Any = delete(jobs).where(chosen).returning(jobs.c.id).cte("changed")
+    else:
+        change = (
+            update(jobs)
+            .where(chosen)
+            .values(dict(_BULK_SET[action]))
+            .returning(jobs.c.id)
+            .cte("changed")
+        )
+    return (
+        select(
+            candidates.c.id,
+            candidates.c.queue,
+            change.c.id.is_not(None).label("changed"),
+        )
+        .select_from(candidates.outerjoin(change, change.c.id == candidates.c.id))
+        .order_by(candidates.c.id.desc())
     )
 
 

@@ -1,37 +1,28 @@
 """Queue operations as units of work: one conditional statement in autocommit, or one transaction.
 
-The API's routes and the maintenance loops call these methods; neither touches the repository.
+The API's routes, the dashboard and the maintenance loops call these methods; none of them
+touches the repository. How a unit of work runs is app/queue/unit.py; the ops reads and admin
+actions are app/queue/operations.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
 import functools
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
-import asyncpg
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.errors import (
-    DatabaseUnavailable,
-    IdempotencyKeyReused,
-    InvalidInput,
-    InvalidTransition,
-    NotFound,
-    sqlstate,
-)
-from app.queue.bounds import MAX_BIGINT
+from app.errors import IdempotencyKeyReused, InvalidTransition, NotFound
 from app.queue.coalesce import Coalescer
-from app.queue.repository import AuditFilter, Driver, Repository
-from app.queue.states import JobStatus, Operation, allowed_from
+from app.queue.operations import Operations
+from app.queue.repository import Driver, Repository
+from app.queue.states import JobStatus
 from app.queue.types import (
     ClaimSlot,
     JobEvent,
@@ -39,58 +30,15 @@ from app.queue.types import (
     LeaseItem,
     LeaseOutcome,
     LeaseTransition,
-    ListFilter,
     NewJob,
-    OpsOutcome,
 )
+from app.queue.unit import TRANSACTION_TRIES, Announce, Observer, valid_id
 from app.queue.waiters import WaiterHub
 
-Announce = Callable[[str, int], object]
-Observer = Callable[[Sequence[JobEvent]], object]
 
-T = TypeVar("T")
-
-# Deadlock and serialization failures are safe to retry: the statement changed nothing.
-_RETRYABLE_SQLSTATES = frozenset({"40P01", "40001"})
-_TRANSACTION_TRIES = 3
-
-# Who the audit trail names for an ops action called from inside the process with no actor.
-INTERNAL_ACTOR = "internal"
-
-# Resuming a queue may make its whole backlog claimable: wake every waiter on it.
-RESUME_WAKE_COUNT = 1_000_000
-
-
-def encode_cursor(job_id: int) -> str:
-    """An opaque keyset cursor for the listing."""
-    return base64.urlsafe_b64encode(f"v1:{job_id}".encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> int:
-    """The job id behind a cursor; a malformed one is a 422 naming ``after``."""
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
-        version, _, value = raw.partition(":")
-        job_id = int(value)
-        if version != "v1" or not 1 <= job_id <= MAX_BIGINT + 1:
-            raise ValueError(raw)
-    except (ValueError, UnicodeDecodeError, binascii.Error):
-        raise InvalidInput(
-            "malformed cursor", errors=[{"field": "query.after", "message": "malformed cursor"}]
-        ) from None
-    return job_id
-
-
-def _valid_id(job_id: int) -> bool:
-    return 1 <= job_id <= MAX_BIGINT
-
-
-def _states(operation: Operation) -> str:
-    return ", ".join(s.value for s in allowed_from(operation))
-
-
-class JobService:
-    """The queue's operations: enqueue, read, claim, lease transitions, ops actions, maintenance."""
+class JobService(Operations):
+    """The queue's operations: enqueue, read, claim, lease transitions, maintenance; and the ops
+    reads and actions it inherits (app/queue/operations.py)."""
 
     def __init__(
         self,
@@ -104,6 +52,7 @@ class JobService:
         coalescing: CoalescingPolicy | None = None,
         hub: WaiterHub | None = None,
         announce: Announce | None = None,
+        bulk_batch_size: int = 1000,
     ) -> None:
         self.engine = engine
         # The asyncpg pool for the hot statements (app/db.py says why there are two).
@@ -112,6 +61,7 @@ class JobService:
         self.repo = repository
         self.max_attempts_default = max_attempts_default
         self.lease_seconds_default = lease_seconds_default
+        self.bulk_batch_size = bulk_batch_size
         # Single-statement work runs in autocommit: one round trip instead of BEGIN, statement,
         # COMMIT. Each statement is atomic on its own; see _run.
         self.autocommit_engine = engine.execution_options(isolation_level="AUTOCOMMIT")
@@ -142,66 +92,6 @@ class JobService:
             max_in_flight=self.coalescing.max_in_flight,
             max_items=self.coalescing.max_items,
         )
-
-    async def _run(
-        self, work: Callable[[AsyncConnection], Awaitable[T]], *, transaction: bool = False
-    ) -> T:
-        """Runs a unit of work, retrying deadlocks and serialization failures.
-
-        ``transaction=True`` wraps it in one transaction (commit at the end), for work whose
-        statements must stand or fall together. Otherwise each statement commits on its own:
-        right for the state changes, which are single conditional statements, and for reads.
-        """
-        for attempt in range(1, _TRANSACTION_TRIES + 1):
-            try:
-                if transaction:
-                    async with self.engine.begin() as conn:
-                        return await work(conn)
-                async with self.autocommit_engine.connect() as conn:
-                    return await work(conn)
-            except DBAPIError as exc:
-                if sqlstate(exc) in _RETRYABLE_SQLSTATES and attempt < _TRANSACTION_TRIES:
-                    continue
-                raise
-        raise RuntimeError("unreachable: the last attempt returns or raises")
-
-    async def _run_hot(
-        self, work: Callable[[Driver], Awaitable[T]], *, transaction: bool = False
-    ) -> T:
-        """Like :meth:`_run`, on a driver connection: for the statements on the hot path."""
-        for attempt in range(1, _TRANSACTION_TRIES + 1):
-            try:
-                conn = await self.pool.acquire(timeout=self.pool_timeout)
-            except TimeoutError:
-                raise DatabaseUnavailable(
-                    "no database connection became free in time; retry"
-                ) from None
-            try:
-                if transaction:
-                    async with conn.transaction():
-                        return await work(conn)
-                return await work(conn)
-            except asyncio.CancelledError:
-                # Cancelled mid-statement: the server may still answer on this connection, so
-                # it must not serve anyone else.
-                conn.terminate()
-                raise
-            except asyncpg.PostgresError as exc:
-                if sqlstate(exc) in _RETRYABLE_SQLSTATES and attempt < _TRANSACTION_TRIES:
-                    continue
-                raise
-            finally:
-                await self.pool.release(conn)
-        raise RuntimeError("unreachable: the last attempt returns or raises")
-
-    def _emit(self, events: Sequence[JobEvent]) -> None:
-        if events:
-            for observer in self.observers:
-                observer(events)
-
-    def _announce_counts(self, queues: Iterable[str]) -> None:
-        for queue, count in Counter(queues).items():
-            self.announce(queue, count)
 
     # -- producers ---------------------------------------------------------------------------
 
@@ -296,7 +186,7 @@ class JobService:
         (coalescing); a batch is one transaction of its own when it carries keys.
         """
         items = [self._enqueue_item(j) for j in new_jobs]
-        for _ in range(_TRANSACTION_TRIES):
+        for _ in range(TRANSACTION_TRIES):
             if len(items) == 1 and self._enqueues is not None:
                 [single] = await self._enqueues.submit(items)
                 if isinstance(single, _Retry):
@@ -334,7 +224,7 @@ class JobService:
 
     async def get(self, job_id: int) -> JobRow:
         """One job; ``NotFound`` for unknown or out-of-range ids."""
-        if not _valid_id(job_id):
+        if not valid_id(job_id):
             raise NotFound(f"job {job_id} not found")
 
         async def work(conn: Driver) -> JobRow | None:
@@ -345,177 +235,9 @@ class JobService:
             raise NotFound(f"job {job_id} not found")
         return row
 
-    async def list_jobs(
-        self,
-        *,
-        queue: str | None,
-        status: JobStatus | None,
-        type: str | None,
-        limit: int,
-        after: str | None,
-        queue_patterns: Sequence[str] | None = None,
-    ) -> tuple[list[JobRow], str | None]:
-        """A page of jobs, newest first, and the cursor of the next page (``None`` at the end).
-
-        ``queue_patterns`` (SQL LIKE patterns) limits the page to matching queues.
-        """
-        where = ListFilter(
-            queue=queue,
-            status=status,
-            type=type,
-            queue_patterns=tuple(queue_patterns) if queue_patterns is not None else None,
-            before_id=decode_cursor(after) if after is not None else None,
-            limit=limit + 1,
-        )
-
-        async def work(conn: AsyncConnection) -> list[JobRow]:
-            return await self.repo.job_list(conn, where=where)
-
-        rows = await self._run(work)
-        next_cursor = encode_cursor(rows[limit - 1]["id"]) if len(rows) > limit else None
-        return rows[:limit], next_cursor
-
-    async def queue_stats(self) -> list[JobRow]:
-        """Counts per queue and state."""
-        return await self._run(self.repo.queue_stats)
-
-    async def workers(self, *, queue_patterns: Sequence[str] | None = None) -> list[JobRow]:
-        """Workers holding leases now; with ``queue_patterns`` (LIKE), only in matching queues."""
-
-        async def work(conn: AsyncConnection) -> list[JobRow]:
-            return await self.repo.worker_list(conn, queue_patterns=queue_patterns)
-
-        return await self._run(work)
-
     async def ping(self) -> None:
         """Fails when the database does not answer (through the hot path's pool)."""
         await self._run_hot(self.repo.health_ping)
-
-    # -- ops actions -------------------------------------------------------------------------
-
-    # Each ops action names who acts (``actor``: an API key's name, "anonymous" or "cli:<user>",
-    # and the key's id) and records itself in the audit trail with its change: retry and pause
-    # in their own statement, cancel in its transaction. A refused action (404, 409) records
-    # nothing; a repeat that changes nothing (cancelling a cancelled job, pausing a paused
-    # queue) records "unchanged".
-
-    async def cancel(
-        self, job_id: int, *, actor: str = INTERNAL_ACTOR, actor_key_id: int | None = None
-    ) -> JobRow:
-        """Cancels a scheduled, pending or running job; cancelling a cancelled job answers it.
-
-        One statement locks the row, decides and answers, so the answer is the job's state as
-        the decision saw it, whatever commits around it. The audit row follows in the same
-        transaction, while the row is still locked (job_cancel is also run bare, by tests that
-        hold its lock, so it takes no actor).
-        """
-        if not _valid_id(job_id):
-            raise NotFound(f"job {job_id} not found")
-
-        async def work(conn: AsyncConnection) -> OpsOutcome | None:
-            outcome = await self.repo.job_cancel(conn, job_id=job_id)
-            if outcome is not None and (
-                outcome.changed or outcome.job["status"] == JobStatus.CANCELLED
-            ):
-                await self.repo.audit_insert(
-                    conn,
-                    actor=actor,
-                    actor_key_id=actor_key_id,
-                    action="job.cancel",
-                    outcome="changed" if outcome.changed else "unchanged",
-                    queue=outcome.job["queue"],
-                    job_id=job_id,
-                    state_before=outcome.job["status_before"],
-                    state_after=outcome.job["status"],
-                )
-            return outcome
-
-        outcome = await self._run(work, transaction=True)
-        if outcome is None:
-            raise NotFound(f"job {job_id} not found")
-        status = outcome.job["status"]
-        if outcome.changed:
-            self._emit([JobEvent("cancelled", job_id, outcome.job["queue"], status=status)])
-        if outcome.changed or status == JobStatus.CANCELLED:
-            return outcome.job
-        raise InvalidTransition(
-            f"job {job_id} is {status}; only {_states(Operation.CANCEL)} jobs can be cancelled"
-        )
-
-    async def retry(
-        self, job_id: int, *, actor: str = INTERNAL_ACTOR, actor_key_id: int | None = None
-    ) -> JobRow:
-        """Puts a dead, cancelled or succeeded job back to pending with attempts reset."""
-        if not _valid_id(job_id):
-            raise NotFound(f"job {job_id} not found")
-
-        async def work(conn: AsyncConnection) -> OpsOutcome | None:
-            return await self.repo.job_retry(
-                conn, job_id=job_id, actor=actor, actor_key_id=actor_key_id
-            )
-
-        outcome = await self._run(work)
-        if outcome is None:
-            raise NotFound(f"job {job_id} not found")
-        if outcome.changed:
-            self.announce(outcome.job["queue"], 1)
-            self._emit(
-                [JobEvent("retried", job_id, outcome.job["queue"], status=outcome.job["status"])]
-            )
-            return outcome.job
-        raise InvalidTransition(
-            f"job {job_id} is {outcome.job['status']}; only {_states(Operation.RETRY)} jobs can "
-            "be retried"
-        )
-
-    async def set_paused(
-        self,
-        name: str,
-        *,
-        paused: bool,
-        actor: str = INTERNAL_ACTOR,
-        actor_key_id: int | None = None,
-    ) -> JobRow:
-        """Pauses or resumes a queue; resuming wakes the queue's waiters."""
-
-        async def work(conn: AsyncConnection) -> JobRow:
-            return await self.repo.queue_set_paused(
-                conn, name=name, paused=paused, actor=actor, actor_key_id=actor_key_id
-            )
-
-        row = await self._run(work)
-        if not paused:
-            self.announce(name, RESUME_WAKE_COUNT)
-        return row
-
-    async def audit_list(
-        self,
-        *,
-        action: str | None,
-        actor: str | None,
-        limit: int,
-        after: str | None,
-        queue_patterns: Sequence[str] | None = None,
-    ) -> tuple[list[JobRow], str | None]:
-        """A page of the audit trail, newest first, and the next page's cursor (``None`` at the end).
-
-        ``queue_patterns`` (SQL LIKE patterns) keeps only entries of matching queues, which
-        leaves out the key operations.
-        """
-        where = AuditFilter(
-            action=action,
-            actor=actor,
-            queue_patterns=tuple(queue_patterns) if queue_patterns is not None else None,
-            before_id=decode_cursor(after) if after is not None else None,
-            limit=limit + 1,
-        )
-
-        async def work(conn: AsyncConnection) -> list[JobRow]:
-            return await self.repo.audit_list(conn, where=where)
-
-        rows = await self._run(work)
-        next_cursor = encode_cursor(rows[limit - 1]["id"]) if len(rows) > limit else None
-        return rows[:limit], next_cursor
 
     # -- workers -----------------------------------------------------------------------------
 

@@ -65,6 +65,47 @@ FINISHED: frozenset[JobStatus] = frozenset(
 )
 
 
+class BulkAction(enum.StrEnum):
+    """What a bulk action does to the jobs of a search (``POST /v1/jobs/bulk/{action}``)."""
+
+    RETRY = "retry"
+    CANCEL = "cancel"
+    DELETE = "delete"
+
+
+# Per bulk action: the states it may touch, and the ones it touches when the search names no
+# state. Retry takes dead jobs unless the search names cancelled or succeeded ones: re-running
+# what someone cancelled or what already succeeded should be asked for. Cancel leaves running
+# jobs alone: ending leases wholesale is a decision made job by job (POST /v1/jobs/{id}/cancel).
+BULK_STATES: Mapping[BulkAction, tuple[frozenset[JobStatus], frozenset[JobStatus]]] = {
+    BulkAction.RETRY: (
+        frozenset({JobStatus.DEAD, JobStatus.CANCELLED, JobStatus.SUCCEEDED}),
+        frozenset({JobStatus.DEAD}),
+    ),
+    BulkAction.CANCEL: (
+        frozenset({JobStatus.SCHEDULED, JobStatus.PENDING}),
+        frozenset({JobStatus.SCHEDULED, JobStatus.PENDING}),
+    ),
+    BulkAction.DELETE: (
+        frozenset({JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED}),
+        frozenset({JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED}),
+    ),
+}
+
+
+def bulk_states_allowed(action: BulkAction) -> frozenset[JobStatus]:
+    """Every state ``action`` may touch when a search names it."""
+    return BULK_STATES[action][0]
+
+
+def bulk_states(action: BulkAction, named: JobStatus | None) -> list[JobStatus] | None:
+    """The states ``action`` touches for a search naming ``named``; ``None``: it may not touch it."""
+    allowed, default = BULK_STATES[action]
+    if named is None:
+        return [s for s in JobStatus if s in default]
+    return [named] if named in allowed else None
+
+
 def allowed_from(operation: Operation) -> list[JobStatus]:
     """The states in which ``operation`` moves a job, in the order of :class:`JobStatus`."""
     return [s for s in JobStatus if (operation, s) in TRANSITIONS]

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from app.queue.states import JobStatus
+from app.queue.states import BulkAction, JobStatus
 
 # A row as either driver answers it: SQLAlchemy's RowMapping or asyncpg's Record.
 JobRow = Mapping[Any, Any]
@@ -109,16 +109,47 @@ class OpsOutcome:
 
 
 @dataclass(frozen=True)
-class ListFilter:
-    """Filters and keyset position of a job listing (newest first)."""
+class JobSearch:
+    """Which jobs a listing or a bulk action covers; every field narrows it, ``None`` leaves it open."""
 
     queue: str | None = None
     status: JobStatus | None = None
     type: str | None = None
+    # JSON containment: jobs whose payload holds this value (``payload @> this``).
+    payload: Any = None
+    created_after: datetime | None = None  # inclusive
+    created_before: datetime | None = None  # exclusive
     # A scoped key's view: only queues matching these LIKE patterns (None: every queue).
-    queue_patterns: tuple[str, ...] | None = None
+    queue_patterns: Sequence[str] | None = None
+
+    @property
+    def searches_content(self) -> bool:
+        """Whether it filters by payload or time, which the per-queue index walks cannot serve."""
+        return (
+            self.payload is not None
+            or self.created_after is not None
+            or self.created_before is not None
+        )
+
+
+@dataclass(frozen=True)
+class ListFilter:
+    """A search and a keyset position: a page of jobs newest first, below ``before_id``."""
+
+    search: JobSearch = JobSearch()
+    # Several states at once (a bulk action's); None: the search's own state, or every state.
+    statuses: tuple[JobStatus, ...] | None = None
     before_id: int | None = None
     limit: int = 50
+
+
+@dataclass(frozen=True)
+class BulkOutcome:
+    """What a bulk action changed, and in how many batches (each its own statement)."""
+
+    action: BulkAction
+    changed: int
+    batches: int
 
 
 @dataclass(frozen=True)

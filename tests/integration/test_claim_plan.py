@@ -37,6 +37,7 @@ async def test_claim_uses_ordered_index_scan_without_backlog_sort(
                 "worker_ids": ["w"] * 10,
                 "key_ids": [None] * 10,
                 "lease_seconds": [30] * 10,
+                "instance": "test:1",
             },
         )
         raw = result.scalar_one()

@@ -9,7 +9,7 @@ from app.api.schemas import EnqueueRequest, request_fingerprint
 from app.api.strict_json import parse_strict_json
 from app.db import async_url
 from app.errors import InvalidInput, field_name
-from app.queue.service import decode_cursor, encode_cursor
+from app.queue.unit import decode_cursor, encode_cursor
 from app.settings import Settings
 
 

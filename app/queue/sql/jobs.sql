@@ -119,6 +119,7 @@ SET status = 'running',
     lease_id = gen_random_uuid(),
     worker_id = s.worker_id,
     lease_key_id = s.key_id,
+    lease_instance = CAST(:instance AS text),
     lease_ended_by = NULL,
     lease_granted_seconds = COALESCE(s.lease_seconds, j.lease_seconds),
     lease_expires_at = now() + make_interval(secs => LEAST(
@@ -327,7 +328,7 @@ WITH target AS (
 retried AS (
     UPDATE jobs j
     SET status = 'pending', attempts = 0, run_at = now(),
-        lease_id = NULL, worker_id = NULL, lease_key_id = NULL,
+        lease_id = NULL, worker_id = NULL, lease_key_id = NULL, lease_instance = NULL,
         lease_ended_by = NULL, lease_expires_at = NULL, started_at = NULL, finished_at = NULL,
         result = NULL, updated_at = now()
     FROM target t
@@ -525,20 +526,31 @@ LEFT JOIN counts c ON c.queue = n.name
 ORDER BY n.name;
 
 -- name: worker_list
--- Lists the workers holding leases now (a worker is its id within its API key), with the jobs they hold; with :queue_patterns (LIKE patterns), only jobs of matching queues.
+-- Lists the workers holding leases now (a worker is its id within its API key), with the jobs they hold, the instances that granted them, when the worker last claimed or heartbeat, and the lease expiries; with :queue_patterns (LIKE patterns), only jobs of matching queues.
+-- Walks ix_jobs_running_lease_expires_at: its size is the running jobs, not the history.
 SELECT j.worker_id,
        k.name AS key_name,
        count(*) AS jobs_held,
        array_agg(j.id ORDER BY j.id) AS job_ids,
+       array_agg(j.lease_expires_at ORDER BY j.id) AS lease_expiries,
+       string_agg(DISTINCT j.lease_instance, ', ') AS instance,
        min(j.lease_expires_at) AS next_lease_expiry,
        max(j.updated_at) AS last_seen_at
 FROM jobs j
 LEFT JOIN api_keys k ON k.id = j.lease_key_id
-WHERE j.status = 'running'
+WHERE j.status = 'running' AND j.lease_expires_at IS NOT NULL
   AND (CAST(:queue_patterns AS text[]) IS NULL
        OR j.queue LIKE ANY (CAST(:queue_patterns AS text[])))
 GROUP BY j.worker_id, j.lease_key_id, k.name
 ORDER BY j.worker_id, j.lease_key_id;
+
+-- name: queue_throughput
+-- Outcomes (succeeded, failed, dead, cancelled) per queue and minute over the last :minutes minutes, the current one included, summed over the counter shards.
+SELECT t.queue, t.minute, t.outcome, sum(t.jobs)::bigint AS jobs
+FROM queue_throughput t
+WHERE t.minute > date_trunc('minute', now()) - make_interval(mins => CAST(:minutes AS int))
+GROUP BY t.queue, t.minute, t.outcome
+ORDER BY t.queue, t.minute, t.outcome;
 
 -- name: maintenance_try_lead
 -- Tries to take the session-level advisory lock that elects the maintenance leader.
@@ -550,7 +562,8 @@ SELECT 1 AS alive;
 
 -- name: audit_insert
 -- Records one admin action in audit_log, at the transaction's now(); for actions whose own statement does not (job_cancel).
-INSERT INTO audit_log (actor, actor_key_id, action, outcome, queue, job_id, state_before, state_after)
+INSERT INTO audit_log (actor, actor_key_id, action, outcome, queue, job_id, state_before, state_after,
+                       detail)
 VALUES (CAST(:actor AS text), CAST(:actor_key_id AS bigint), CAST(:action AS text),
         CAST(:outcome AS text), CAST(:queue AS text), CAST(:job_id AS bigint),
-        CAST(:state_before AS text), CAST(:state_after AS text));
+        CAST(:state_before AS text), CAST(:state_after AS text), CAST(:detail AS jsonb));

@@ -1,0 +1,308 @@
+"""The ops side of the service: reads for people and dashboards, and the admin actions.
+
+Reads (listings, search, queue counts, throughput, workers, the audit trail) cost what their
+page costs, never a count of the history: counts come from the trigger-kept counters
+(``queue_counts``, ``queue_throughput``). Actions name who acts and record themselves in the
+audit trail. Bulk actions run in batches of ``bulk_batch_size`` jobs, each batch one statement
+committed on its own, so no lock is held long and a large action never becomes one huge
+transaction.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.errors import InvalidInput, InvalidTransition, NotFound
+from app.queue.repository import AuditFilter
+from app.queue.states import BulkAction, JobStatus, Operation, bulk_states, bulk_states_allowed
+from app.queue.types import BulkOutcome, JobEvent, JobRow, JobSearch, ListFilter, OpsOutcome
+from app.queue.unit import ServiceCore, decode_cursor, encode_cursor, states_of, valid_id
+
+# Who the audit trail names for an ops action called from inside the process with no actor.
+INTERNAL_ACTOR = "internal"
+
+# Resuming a queue may make its whole backlog claimable: wake every waiter on it.
+RESUME_WAKE_COUNT = 1_000_000
+
+# The job event a bulk action's changed job makes (deletes make none: no state is entered).
+_BULK_EVENT = {BulkAction.RETRY: "retried", BulkAction.CANCEL: "cancelled"}
+
+
+def _search_detail(search: JobSearch) -> dict[str, Any]:
+    """The search as the audit trail records it (fields that narrow it only)."""
+    detail: dict[str, Any] = {
+        "queue": search.queue,
+        "status": search.status.value if search.status is not None else None,
+        "type": search.type,
+        "payload": search.payload,
+        "created_after": search.created_after.isoformat() if search.created_after else None,
+        "created_before": search.created_before.isoformat() if search.created_before else None,
+    }
+    return {k: v for k, v in detail.items() if v is not None}
+
+
+class Operations(ServiceCore):
+    """Reads and admin actions; mixed into ``JobService``."""
+
+    bulk_batch_size: int
+
+    # -- reads -------------------------------------------------------------------------------
+
+    async def search_jobs(
+        self, search: JobSearch, *, limit: int, after: str | None
+    ) -> tuple[list[JobRow], str | None]:
+        """A page of the jobs a search covers, newest first, and the next page's cursor
+        (``None`` at the end). Keyset pagination by id: a page costs its rows, never an OFFSET.
+        """
+        where = ListFilter(
+            search=search,
+            before_id=decode_cursor(after) if after is not None else None,
+            limit=limit + 1,
+        )
+
+        async def work(conn: AsyncConnection) -> list[JobRow]:
+            return await self.repo.job_list(conn, where=where)
+
+        rows = await self._run(work)
+        next_cursor = encode_cursor(rows[limit - 1]["id"]) if len(rows) > limit else None
+        return rows[:limit], next_cursor
+
+    async def queue_stats(self) -> list[JobRow]:
+        """Counts per queue and state."""
+        return await self._run(self.repo.queue_stats)
+
+    async def queue_throughput(self, *, minutes: int = 60) -> list[JobRow]:
+        """Outcomes per queue and minute (queue, minute, outcome, jobs) over the last ``minutes``."""
+
+        async def work(conn: AsyncConnection) -> list[JobRow]:
+            return await self.repo.queue_throughput(conn, minutes=minutes)
+
+        return await self._run(work)
+
+    async def workers(self, *, queue_patterns: Sequence[str] | None = None) -> list[JobRow]:
+        """Workers holding leases now; with ``queue_patterns`` (LIKE), only in matching queues."""
+
+        async def work(conn: AsyncConnection) -> list[JobRow]:
+            return await self.repo.worker_list(conn, queue_patterns=queue_patterns)
+
+        return await self._run(work)
+
+    # -- bulk actions ------------------------------------------------------------------------
+
+    def _bulk_states(self, action: BulkAction, search: JobSearch) -> list[JobStatus]:
+        states = bulk_states(action, search.status)
+        if states is None:
+            allowed = ", ".join(sorted(s.value for s in bulk_states_allowed(action)))
+            raise InvalidInput(
+                f"bulk {action.value} takes {allowed} jobs, not {search.status}",
+                errors=[{"field": "body.status", "message": f"must be one of: {allowed}"}],
+            )
+        return states
+
+    async def bulk_preview(self, action: BulkAction, search: JobSearch) -> int:
+        """How many jobs ``action`` would change now (what a confirmation states)."""
+        states = self._bulk_states(action, search)
+
+        async def work(conn: AsyncConnection) -> int:
+            return await self.repo.job_count(conn, search=search, statuses=states)
+
+        return await self._run(work)
+
+    async def bulk(
+        self,
+        action: BulkAction,
+        search: JobSearch,
+        *,
+        actor: str = INTERNAL_ACTOR,
+        actor_key_id: int | None = None,
+    ) -> BulkOutcome:
+        """Applies ``action`` to every job the search covers, in batches; answers the exact count.
+
+        Each batch takes up to ``bulk_batch_size`` jobs of the search, locks them, checks their
+        state again and changes them, in one statement that commits on its own: jobs that
+        another call moved meanwhile are left alone and not counted, and jobs enqueued after
+        the action began (ids past the ceiling read first) are not touched. One audit row records the action with
+        its search, count and batches.
+        """
+        states = self._bulk_states(action, search)
+        ceiling = await self._run(self.repo.job_id_ceiling)
+        changed = 0
+        batches = 0
+        while ceiling is not None:
+
+            async def work(conn: AsyncConnection) -> list[JobRow]:
+                return await self.repo.job_bulk_batch(
+                    conn,
+                    action=action,
+                    search=search,
+                    statuses=states,
+                    below_id=ceiling,
+                    batch_size=self.bulk_batch_size,
+                )
+
+            rows = await self._run(work)
+            if not rows:
+                break
+            batches += 1
+            moved = [r for r in rows if r["changed"]]
+            changed += len(moved)
+            self._bulk_committed(action, moved)
+            if len(rows) < self.bulk_batch_size:
+                break
+
+        detail = {"search": _search_detail(search), "jobs": changed, "batches": batches}
+
+        async def audit(conn: AsyncConnection) -> None:
+            await self.repo.audit_insert(
+                conn,
+                actor=actor,
+                actor_key_id=actor_key_id,
+                action=f"bulk.{action.value}",
+                outcome="changed" if changed else "unchanged",
+                queue=search.queue,
+                detail=detail,
+            )
+
+        await self._run(audit)
+        return BulkOutcome(action=action, changed=changed, batches=batches)
+
+    def _bulk_committed(self, action: BulkAction, moved: Sequence[JobRow]) -> None:
+        """Tells observers of a committed batch and wakes waiters for retried jobs."""
+        kind = _BULK_EVENT.get(action)
+        if kind is None:
+            return
+        status = JobStatus.PENDING if action is BulkAction.RETRY else JobStatus.CANCELLED
+        self._emit([JobEvent(kind, r["id"], r["queue"], status=status) for r in moved])
+        if action is BulkAction.RETRY:
+            for queue, count in Counter(r["queue"] for r in moved).items():
+                self.announce(queue, count)
+
+    # -- ops actions -------------------------------------------------------------------------
+
+    # Each ops action names who acts (``actor``: an API key's name, "anonymous" or "cli:<user>",
+    # and the key's id) and records itself in the audit trail with its change: retry and pause
+    # in their own statement, cancel in its transaction. A refused action (404, 409) records
+    # nothing; a repeat that changes nothing (cancelling a cancelled job, pausing a paused
+    # queue) records "unchanged".
+
+    async def cancel(
+        self, job_id: int, *, actor: str = INTERNAL_ACTOR, actor_key_id: int | None = None
+    ) -> JobRow:
+        """Cancels a scheduled, pending or running job; cancelling a cancelled job answers it.
+
+        One statement locks the row, decides and answers, so the answer is the job's state as
+        the decision saw it, whatever commits around it. The audit row follows in the same
+        transaction, while the row is still locked (job_cancel is also run bare, by tests that
+        hold its lock, so it takes no actor).
+        """
+        if not valid_id(job_id):
+            raise NotFound(f"job {job_id} not found")
+
+        async def work(conn: AsyncConnection) -> OpsOutcome | None:
+            outcome = await self.repo.job_cancel(conn, job_id=job_id)
+            if outcome is not None and (
+                outcome.changed or outcome.job["status"] == JobStatus.CANCELLED
+            ):
+                await self.repo.audit_insert(
+                    conn,
+                    actor=actor,
+                    actor_key_id=actor_key_id,
+                    action="job.cancel",
+                    outcome="changed" if outcome.changed else "unchanged",
+                    queue=outcome.job["queue"],
+                    job_id=job_id,
+                    state_before=outcome.job["status_before"],
+                    state_after=outcome.job["status"],
+                )
+            return outcome
+
+        outcome = await self._run(work, transaction=True)
+        if outcome is None:
+            raise NotFound(f"job {job_id} not found")
+        status = outcome.job["status"]
+        if outcome.changed:
+            self._emit([JobEvent("cancelled", job_id, outcome.job["queue"], status=status)])
+        if outcome.changed or status == JobStatus.CANCELLED:
+            return outcome.job
+        raise InvalidTransition(
+            f"job {job_id} is {status}; only {states_of(Operation.CANCEL)} jobs can be cancelled"
+        )
+
+    async def retry(
+        self, job_id: int, *, actor: str = INTERNAL_ACTOR, actor_key_id: int | None = None
+    ) -> JobRow:
+        """Puts a dead, cancelled or succeeded job back to pending with attempts reset."""
+        if not valid_id(job_id):
+            raise NotFound(f"job {job_id} not found")
+
+        async def work(conn: AsyncConnection) -> OpsOutcome | None:
+            return await self.repo.job_retry(
+                conn, job_id=job_id, actor=actor, actor_key_id=actor_key_id
+            )
+
+        outcome = await self._run(work)
+        if outcome is None:
+            raise NotFound(f"job {job_id} not found")
+        if outcome.changed:
+            self.announce(outcome.job["queue"], 1)
+            self._emit(
+                [JobEvent("retried", job_id, outcome.job["queue"], status=outcome.job["status"])]
+            )
+            return outcome.job
+        raise InvalidTransition(
+            f"job {job_id} is {outcome.job['status']}; only {states_of(Operation.RETRY)} jobs can "
+            "be retried"
+        )
+
+    async def set_paused(
+        self,
+        name: str,
+        *,
+        paused: bool,
+        actor: str = INTERNAL_ACTOR,
+        actor_key_id: int | None = None,
+    ) -> JobRow:
+        """Pauses or resumes a queue; resuming wakes the queue's waiters."""
+
+        async def work(conn: AsyncConnection) -> JobRow:
+            return await self.repo.queue_set_paused(
+                conn, name=name, paused=paused, actor=actor, actor_key_id=actor_key_id
+            )
+
+        row = await self._run(work)
+        if not paused:
+            self.announce(name, RESUME_WAKE_COUNT)
+        return row
+
+    async def audit_list(
+        self,
+        *,
+        action: str | None,
+        actor: str | None,
+        limit: int,
+        after: str | None,
+        queue_patterns: Sequence[str] | None = None,
+    ) -> tuple[list[JobRow], str | None]:
+        """A page of the audit trail, newest first, and the next page's cursor (``None`` at the end).
+
+        ``queue_patterns`` (SQL LIKE patterns) keeps only entries of matching queues, which
+        leaves out the key operations.
+        """
+        where = AuditFilter(
+            action=action,
+            actor=actor,
+            queue_patterns=tuple(queue_patterns) if queue_patterns is not None else None,
+            before_id=decode_cursor(after) if after is not None else None,
+            limit=limit + 1,
+        )
+
+        async def work(conn: AsyncConnection) -> list[JobRow]:
+            return await self.repo.audit_list(conn, where=where)
+
+        rows = await self._run(work)
+        next_cursor = encode_cursor(rows[limit - 1]["id"]) if len(rows) > limit else None
+        return rows[:limit], next_cursor

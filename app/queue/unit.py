@@ -1,0 +1,136 @@
+"""What every service method stands on: running a unit of work, telling observers, keyset cursors.
+
+``JobService`` (app/queue/service.py) and the ops methods it inherits (app/queue/operations.py)
+run their statements through :class:`ServiceCore`: one conditional statement in autocommit, or
+one transaction, retried on deadlock or serialization failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+import asyncpg
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from app.errors import DatabaseUnavailable, InvalidInput, sqlstate
+from app.queue.bounds import MAX_BIGINT
+from app.queue.repository import Driver, Repository
+from app.queue.states import Operation, allowed_from
+from app.queue.types import JobEvent
+
+Announce = Callable[[str, int], object]
+Observer = Callable[[Sequence[JobEvent]], object]
+
+T = TypeVar("T")
+
+# Deadlock and serialization failures are safe to retry: the statement changed nothing.
+_RETRYABLE_SQLSTATES = frozenset({"40P01", "40001"})
+TRANSACTION_TRIES = 3
+
+
+def encode_cursor(job_id: int) -> str:
+    """An opaque keyset cursor for the listing."""
+    return base64.urlsafe_b64encode(f"v1:{job_id}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> int:
+    """The job id behind a cursor; a malformed one is a 422 naming ``after``."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
+        version, _, value = raw.partition(":")
+        job_id = int(value)
+        if version != "v1" or not 1 <= job_id <= MAX_BIGINT + 1:
+            raise ValueError(raw)
+    except (ValueError, UnicodeDecodeError, binascii.Error):
+        raise InvalidInput(
+            "malformed cursor", errors=[{"field": "query.after", "message": "malformed cursor"}]
+        ) from None
+    return job_id
+
+
+def valid_id(job_id: int) -> bool:
+    return 1 <= job_id <= MAX_BIGINT
+
+
+def states_of(operation: Operation) -> str:
+    return ", ".join(s.value for s in allowed_from(operation))
+
+
+class ServiceCore:
+    """The connections and observers a service runs with (set by ``JobService.__init__``)."""
+
+    engine: AsyncEngine
+    autocommit_engine: AsyncEngine
+    pool: Any  # the asyncpg pool of the hot statements
+    pool_timeout: float
+    repo: Repository
+    # Called after a commit that made jobs claimable: wakes waiters here and elsewhere.
+    announce: Announce
+    # Called with the job events of each committed change (metrics, logs); must not block.
+    observers: list[Observer]
+
+    async def _run(
+        self, work: Callable[[AsyncConnection], Awaitable[T]], *, transaction: bool = False
+    ) -> T:
+        """Runs a unit of work, retrying deadlocks and serialization failures.
+
+        ``transaction=True`` wraps it in one transaction (commit at the end), for work whose
+        statements must stand or fall together. Otherwise each statement commits on its own:
+        right for the state changes, which are single conditional statements, and for reads.
+        """
+        for attempt in range(1, TRANSACTION_TRIES + 1):
+            try:
+                if transaction:
+                    async with self.engine.begin() as conn:
+                        return await work(conn)
+                async with self.autocommit_engine.connect() as conn:
+                    return await work(conn)
+            except DBAPIError as exc:
+                if sqlstate(exc) in _RETRYABLE_SQLSTATES and attempt < TRANSACTION_TRIES:
+                    continue
+                raise
+        raise RuntimeError("unreachable: the last attempt returns or raises")
+
+    async def _run_hot(
+        self, work: Callable[[Driver], Awaitable[T]], *, transaction: bool = False
+    ) -> T:
+        """Like :meth:`_run`, on a driver connection: for the statements on the hot path."""
+        for attempt in range(1, TRANSACTION_TRIES + 1):
+            try:
+                conn = await self.pool.acquire(timeout=self.pool_timeout)
+            except TimeoutError:
+                raise DatabaseUnavailable(
+                    "no database connection became free in time; retry"
+                ) from None
+            try:
+                if transaction:
+                    async with conn.transaction():
+                        return await work(conn)
+                return await work(conn)
+            except asyncio.CancelledError:
+                # Cancelled mid-statement: the server may still answer on this connection, so
+                # it must not serve anyone else.
+                conn.terminate()
+                raise
+            except asyncpg.PostgresError as exc:
+                if sqlstate(exc) in _RETRYABLE_SQLSTATES and attempt < TRANSACTION_TRIES:
+                    continue
+                raise
+            finally:
+                await self.pool.release(conn)
+        raise RuntimeError("unreachable: the last attempt returns or raises")
+
+    def _emit(self, events: Sequence[JobEvent]) -> None:
+        if events:
+            for observer in self.observers:
+                observer(events)
+
+    def _announce_counts(self, queues: Iterable[str]) -> None:
+        for queue, count in Counter(queues).items():
+            self.announce(queue, count)
