@@ -136,9 +136,15 @@ class ExplainingConnection:
             )
         else:
             raise TypeError(f"cannot explain {type(statement).__name__}")
-        result = await self.conn.execute(
-            text("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql), dict(parameters or {})
-        )
+        if isinstance(statement, Select):
+            # Literal values may hold colons (JSON): sent as they are, not parsed for binds.
+            result = await self.conn.exec_driver_sql(
+                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql
+            )
+        else:
+            result = await self.conn.execute(
+                text("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql), dict(parameters or {})
+            )
         self._keep(result.scalar_one())
         return _EmptyResult()
 

@@ -258,9 +258,7 @@ def payload_filter(text: str, *, field: str = "query.payload") -> Any:
             return parse_strict_json(text.encode())
         except RequestValidationError as exc:
             message = str(exc.errors()[0].get("msg", "invalid JSON"))
-    raise InvalidInput(
-        f"payload filter: {message}", errors=[{"field": field, "message": message}]
-    )
+    raise InvalidInput(f"payload filter: {message}", errors=[{"field": field, "message": message}])
 
 
 class BulkRequest(StrictModel):

@@ -21,6 +21,7 @@ from sqlalchemy import (
     Select,
     Text,
     any_,
+    cast,
     delete,
     func,
     literal,
@@ -28,7 +29,7 @@ from sqlalchemy import (
     true,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.models import audit_log, jobs, queue_counts
@@ -456,7 +457,9 @@ def _search_conditions(search: JobSearch) -> list[ColumnElement[bool]]:
         conditions.append(jobs.c.type == search.type)
     if search.payload is not None:
         # jsonb @>, served by ix_jobs_payload (jsonb_path_ops).
-        conditions.append(jobs.c.payload.contains(search.payload))
+        conditions.append(
+            jobs.c.payload.op("@>")(cast(literal(to_json(search.payload), Text), JSONB))
+        )
     if search.created_after is not None:
         conditions.append(jobs.c.created_at >= search.created_after)
     if search.created_before is not None:
@@ -509,40 +512,56 @@ def job_list_query(where: ListFilter) -> Select[Any]:
             query = query.where(jobs.c.id < where.before_id)
         return query.order_by(jobs.c.id.desc()).limit(where.limit)
 
-    if search.queue is not None:
-        queue_list: Any = (
-            func.unnest(literal([search.queue], ARRAY(Text)))
-            .table_valued("name")
-            .render_derived(name="qn")
-        )
-    else:
-        known = select(queue_counts.c.queue.label("name")).distinct()
-        if search.queue_patterns is not None:
-            # A scoped key's listing: only the queues its patterns match.
-            known = known.where(
-                queue_counts.c.queue.like(any_(literal(list(search.queue_patterns), ARRAY(Text))))
-            )
-        queue_list = known.subquery("qn")
-
-    # The state comes in as a list joined in, not written into each branch: a state written in
-    # would let the planner pick a partial index of that state (ix_jobs_finished_status_finished_at
-    # holds every finished job of every queue) and filter it; joined in, only the composite
-    # index serves the branch.
-    state_list = (
-        func.unnest(literal(states, ARRAY(Text))).table_valued("status").render_derived(name="s")
+    # The (queue, state) pairs that hold jobs, from the counters: an empty pair gets no branch
+    # (a branch over an empty pair is where a primary-key walk would read the whole history).
+    pairs = select(queue_counts.c.queue.label("name"), queue_counts.c.status).where(
+        queue_counts.c.status.in_(states)
     )
-    conditions = [jobs.c.queue == queue_list.c.name, jobs.c.status == state_list.c.status]
+    if search.queue is not None:
+        pairs = pairs.where(queue_counts.c.queue == search.queue)
+    if search.queue_patterns is not None:
+        # A scoped key's listing: only the queues its patterns match.
+        pairs = pairs.where(
+            queue_counts.c.queue.like(any_(literal(list(search.queue_patterns), ARRAY(Text))))
+        )
+    pair_list = (
+        pairs.group_by(queue_counts.c.queue, queue_counts.c.status)
+        .having(func.sum(queue_counts.c.jobs) > 0)
+        .subquery("qn")
+    )
+    # The state as a range of one value, and the branch ordered by (state, id): only the
+    # composite index yields that order, so the planner cannot walk the primary key newest first
+    # and filter (with an equality it may, as the order then reduces to id alone), which reads
+    # the whole history before it finds a rare pair's rows.
+    conditions = [
+        jobs.c.queue == pair_list.c.name,
+        jobs.c.status >= pair_list.c.status,
+        jobs.c.status <= pair_list.c.status,
+    ]
     conditions.extend(_search_conditions(search))
     if where.before_id is not None:
         conditions.append(jobs.c.id < where.before_id)
+    # The branches read ids only, which the composite index holds (an index-only scan), and the
+    # page's rows are then fetched by primary key. Reading whole rows, a branch could as well walk
+    # the primary key newest first and filter, which the planner may prefer for a pair it thinks
+    # common, and which reads the whole history for a pair that is rare.
     branch = (
-        select(jobs).where(*conditions).order_by(jobs.c.id.desc()).limit(where.limit).lateral("j")
+        select(jobs.c.id)
+        .where(*conditions)
+        .order_by(jobs.c.status.desc(), jobs.c.id.desc())
+        .limit(where.limit)
+        .lateral("j")
     )
-    return (
-        select(branch)
-        .select_from(queue_list.join(state_list, true()).join(branch, true()))
+    page = (
+        select(branch.c.id)
+        .select_from(pair_list.join(branch, true()))
         .order_by(branch.c.id.desc())
         .limit(where.limit)
+    )
+    return (
+        select(jobs)
+        .where(jobs.c.id == any_(func.array(page.scalar_subquery())))
+        .order_by(jobs.c.id.desc())
     )
 
 

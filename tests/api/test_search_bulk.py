@@ -41,6 +41,10 @@ async def test_payload_containment_finds_exactly_the_matching_jobs(
     assert await _ids(client, payload='{"user": 42}', queue="sms") == [wanted[1]["id"]]
     assert await _ids(client, payload='{"tags": ["b"]}') == [wanted[1]["id"]]
     assert await _ids(client, payload='{"user": 42}', status="running") == []
+    # A scalar matches itself and arrays holding it (jsonb's @>): here the job of [42] too.
+    scalar = await enqueue(client, queue="mail", payload=42)
+    found = await _ids(client, payload="42")
+    assert found[0] == scalar["id"] and len(found) == 2
     # Nested containment, and paging through the matches by cursor.
     nested = await enqueue(client, queue="mail", payload={"account": {"user": 43}})
     assert await _ids(client, payload='{"account": {"user": 43}}') == [nested["id"]]

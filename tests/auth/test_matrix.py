@@ -30,6 +30,7 @@ NEEDS: dict[tuple[str, str], str] = {
     ("GET", "/v1/jobs/{job_id}"): Permission.READ_JOBS,
     ("POST", "/v1/jobs/{job_id}/cancel"): Permission.OPERATE,
     ("POST", "/v1/jobs/{job_id}/retry"): Permission.OPERATE,
+    ("POST", "/v1/jobs/bulk/{action}"): Permission.OPERATE,
     ("POST", "/v1/claim"): Permission.WORK,
     ("POST", "/v1/heartbeat"): Permission.WORK,
     ("POST", "/v1/complete"): Permission.WORK,
@@ -84,11 +85,16 @@ def _body(method: str, path: str, seed: dict[str, Any]) -> dict[str, Any] | None
         ("POST", "/v1/complete"): {"worker_id": "w", "leases": [lease]},
         ("POST", "/v1/fail"): {"worker_id": "w", "leases": [lease]},
         ("POST", "/v1/release"): {"worker_id": "w", "leases": [lease]},
+        ("POST", "/v1/jobs/bulk/{action}"): {"queue": "emails"},
     }.get((method, path))
 
 
 def _url(path: str, seed: dict[str, Any]) -> str:
-    return path.replace("{job_id}", str(seed["pending"]["id"])).replace("{name}", "emails")
+    return (
+        path.replace("{job_id}", str(seed["pending"]["id"]))
+        .replace("{name}", "emails")
+        .replace("{action}", "cancel")
+    )
 
 
 def test_every_route_of_the_spec_is_in_the_matrix() -> None:
