@@ -79,8 +79,8 @@ def _serve(args: argparse.Namespace) -> int:
     base = f"http://{settings.host}:{settings.port}"
     processes = f", {settings.workers} processes" if settings.workers > 1 else ""
     print(
-        f"jobq serving on {base}  (API {base}/v1, docs {base}/docs, health {base}/healthz"
-        f"{processes})",
+        f"jobq serving on {base}  (API {base}/v1, dashboard {base}/dashboard, docs {base}/docs, "
+        f"health {base}/healthz{processes})",
         flush=True,
     )
     if settings.workers > 1:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -19,6 +21,7 @@ from app.api.state import AppState, Runtime, app_state
 from app.auth import store as key_store
 from app.auth.keyring import KeyRing
 from app.auth.limiter import FailureLimiter
+from app.dashboard import router as dashboard
 from app.db import async_url, create_driver_pool, create_engine
 from app.errors import brief, install_error_handlers
 from app.logs import RequestIds, log_job_events
@@ -60,7 +63,8 @@ def repository_for(settings: Settings) -> Repository:
             cap_seconds=settings.backoff_cap_seconds,
             errors_kept=settings.errors_kept,
             error_max_chars=settings.error_text_max_chars,
-        )
+        ),
+        instance=settings.instance_name or f"{socket.gethostname()}:{os.getpid()}",
     )
 
 
@@ -146,6 +150,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         lease_seconds_default=settings.lease_seconds_default,
         hub=hub,
         announce=announce,
+        bulk_batch_size=settings.bulk_batch_size,
     )
     service.observers.append(log_job_events)
     runner = LoopRunner(
@@ -222,6 +227,8 @@ def create_app(settings: Settings) -> FastAPI:
         workers.build_router(settings),
         ops.build_router(settings),
         observed.router(),
+        # Server-rendered pages and their static files, none of them in the OpenAPI document.
+        dashboard.build_router(settings),
     ):
         app.router.routes.extend(router.routes)
     return app
