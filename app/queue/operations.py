@@ -122,25 +122,26 @@ class Operations(ServiceCore):
     ) -> BulkOutcome:
         """Applies ``action`` to every job the search covers, in batches; answers the exact count.
 
-        Each batch takes up to ``bulk_batch_size`` jobs of the search, locks them, checks their
-        state again and changes them, in one statement that commits on its own: jobs that
-        another call moved meanwhile are left alone and not counted, and jobs enqueued after
-        the action began (ids past the ceiling read first) are not touched. One audit row records the action with
+        Each batch takes the next ``bulk_batch_size`` jobs of the search, newest first below the
+        previous batch's lowest id, locks them, checks their state again and changes them, in
+        one statement that commits on its own: jobs that another call moved meanwhile are left
+        alone and not counted, and jobs enqueued after the action began (ids past the highest
+        id read first) are not touched. One audit row records the action with
         its search, count and batches.
         """
         states = self._bulk_states(action, search)
-        ceiling = await self._run(self.repo.job_id_ceiling)
+        below = await self._run(self.repo.job_id_ceiling)
         changed = 0
         batches = 0
-        while ceiling is not None:
+        while below is not None:
 
-            async def work(conn: AsyncConnection) -> list[JobRow]:
+            async def work(conn: AsyncConnection, below_id: int = below) -> list[JobRow]:
                 return await self.repo.job_bulk_batch(
                     conn,
                     action=action,
                     search=search,
                     statuses=states,
-                    below_id=ceiling,
+                    below_id=below_id,
                     batch_size=self.bulk_batch_size,
                 )
 
@@ -153,6 +154,7 @@ class Operations(ServiceCore):
             self._bulk_committed(action, moved)
             if len(rows) < self.bulk_batch_size:
                 break
+            below = min(r["id"] for r in rows)
 
         detail = {"search": _search_detail(search), "jobs": changed, "batches": batches}
 
