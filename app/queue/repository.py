@@ -34,7 +34,6 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.models import audit_log, jobs, queue_counts
-from app.queue.bounds import MAX_BIGINT
 from app.queue.queries import statement
 from app.queue.states import BulkAction, JobStatus
 from app.queue.types import (
@@ -579,10 +578,15 @@ def job_count_query(search: JobSearch, statuses: Sequence[JobStatus]) -> Select[
                 queue_counts.c.queue.like(any_(literal(list(search.queue_patterns), ARRAY(Text))))
             )
         return select(func.coalesce(func.sum(queue_counts.c.jobs), 0)).where(*conditions)
-    page = job_list_query(
-        ListFilter(search=search, statuses=tuple(statuses), limit=MAX_BIGINT)
-    ).subquery("matched")
-    return select(func.count()).select_from(page)
+    conditions = _search_conditions(search)
+    conditions.append(jobs.c.status.in_(states))
+    if search.queue is not None:
+        conditions.append(jobs.c.queue == search.queue)
+    if search.queue_patterns is not None:
+        conditions.append(
+            jobs.c.queue.like(any_(literal(list(search.queue_patterns), ARRAY(Text))))
+        )
+    return select(func.count()).select_from(jobs).where(*conditions)
 
 
 # What each bulk action does to a locked row (the single ops actions' SET lists, job_cancel and
