@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from app.logs import configure as configure_logs
-from app.settings import Settings
+from app.settings import Settings, env_name
 
 T = TypeVar("T")
 
@@ -320,8 +320,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "verbose", False):
         # A line per migration step is for whoever asks; jobq says where it serves.
         logging.getLogger("alembic").setLevel(logging.WARNING)
-    code: int = args.func(args)
+    try:
+        code: int = args.func(args)
+    except ValidationError as exc:
+        if exc.title != Settings.__name__:
+            raise
+        print(f"jobq: {invalid_settings(exc)}", file=sys.stderr)
+        return 2
     return code
+
+
+def invalid_settings(exc: ValidationError) -> str:
+    """One line naming each invalid setting by its environment variable, and what is wrong."""
+    problems = []
+    for error in exc.errors():
+        loc = error.get("loc") or ()
+        name = str(loc[0]) if loc else ""
+        variable = env_name(name) if name in Settings.model_fields else "settings"
+        # A URL may carry a password: name it, never echo it.
+        shown = "" if name.endswith("url") else f"={error.get('input')!r}"
+        problems.append(f"{variable}{shown}: {error.get('msg')}")
+    return "invalid setting " + "; ".join(problems)
 
 
 if __name__ == "__main__":

@@ -260,7 +260,8 @@ def setting_default(name: str) -> Any:
     return Settings.model_fields[name].default
 
 
-def _env_name(name: str) -> str:
+def env_name(name: str) -> str:
+    """The environment variable that sets a field of Settings."""
     field = Settings.model_fields[name]
     alias = field.validation_alias
     if isinstance(alias, AliasChoices):
@@ -275,5 +276,5 @@ def settings_table() -> str:
         default = field.default
         shown = "unset" if default is None else f"`{default}`"
         meaning = (field.description or "").replace("|", "\\|")
-        lines.append(f"| `{_env_name(name)}` | {shown} | {meaning} |")
+        lines.append(f"| `{env_name(name)}` | {shown} | {meaning} |")
     return "\n".join(lines)

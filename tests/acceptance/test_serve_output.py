@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -46,3 +48,29 @@ async def test_verbose_shows_the_embedded_servers_output(
 ) -> None:
     output = await _first_start(processes, tmp_path, "--verbose")
     assert "initdb" in output and "Running upgrade" in output
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"JOBQ_PORT": "abc"}, "JOBQ_PORT='abc'"),
+        ({"JOBQ_DB_POOL_SIZE": "0"}, "JOBQ_DB_POOL_SIZE='0'"),
+        ({"JOBQ_LOG_LEVEL": "loud"}, "JOBQ_LOG_LEVEL='loud'"),
+    ],
+)
+@pytest.mark.parametrize("command", ["serve", "migrate"])
+def test_an_invalid_setting_stops_the_start_with_one_line_naming_it(
+    command: str, env: dict[str, str], named: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "app.cli", command],
+        env=clean_environment(env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("jobq: invalid setting ") and named in lines[0], lines[0]
+    assert "Traceback" not in done.stderr and done.stdout == ""
