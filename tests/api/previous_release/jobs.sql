@@ -1,0 +1,556 @@
+-- Named statements for the jobs table. Each block starts with "-- name: <name>" and one line
+-- saying what it does; app/queue/queries.py loads them and app/queue/repository.py is the only
+-- caller. Parameters are :name binds; jsonb arguments are passed as JSON text.
+-- Every state change is one conditional statement: the rows it returns are the verdict.
+-- Lease calls carry the worker id in each item, so concurrent requests of many workers can share
+-- one statement (app/queue/coalesce.py) with the ownership check still made per item.
+-- Per-queue counts are kept by triggers on jobs (migration 0006), not by these statements.
+-- Statements of the maintenance loops take an optional :now (NULL: the database's now()), so
+-- tests can run them exactly at a deadline.
+
+-- name: job_enqueue
+-- Inserts jobs in order (scheduled when run_at is ahead); an item whose (queue, idempotency_key) exists is skipped and answered with no job.
+WITH items AS MATERIALIZED (
+    SELECT t.ord, t.item, nextval(pg_get_serial_sequence('jobs', 'id')) AS new_id,
+           COALESCE((t.item->>'run_at')::timestamptz,
+                    now() + make_interval(secs => COALESCE((t.item->>'delay_seconds')::float8, 0)))
+               AS run_at
+    FROM jsonb_array_elements(CAST(:items AS jsonb)) WITH ORDINALITY AS t(item, ord)
+),
+inserted AS (
+    INSERT INTO jobs (id, queue, type, payload, priority, status, max_attempts, lease_seconds,
+                      timeout_seconds, run_at, idempotency_key, idempotency_hash)
+    OVERRIDING SYSTEM VALUE
+    SELECT new_id,
+           item->>'queue',
+           item->>'type',
+           COALESCE(item->'payload', 'null'::jsonb),
+           (item->>'priority')::int,
+           CASE WHEN run_at > now() THEN 'scheduled' ELSE 'pending' END,
+           (item->>'max_attempts')::int,
+           (item->>'lease_seconds')::int,
+           (item->>'timeout_seconds')::int,
+           run_at,
+           item->>'idempotency_key',
+           item->>'idempotency_hash'
+    FROM items
+    ORDER BY ord
+    ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING *
+)
+SELECT items.ord AS ord, inserted.*
+FROM items LEFT JOIN inserted ON inserted.id = items.new_id
+ORDER BY items.ord;
+
+-- name: job_get_by_idempotency_keys
+-- Reads the jobs holding the given (queue, idempotency_key) pairs.
+SELECT j.*
+FROM jsonb_to_recordset(CAST(:keys AS jsonb)) AS k(queue text, idempotency_key text)
+JOIN jobs j ON j.queue = k.queue AND j.idempotency_key = k.idempotency_key;
+
+-- name: job_get
+-- Reads one job by id.
+SELECT * FROM jobs WHERE id = :id;
+
+-- name: job_claim
+-- Leases up to :max_jobs due jobs from the given unpaused queues, best priority first, locking only the rows it takes; slot k goes to worker_ids[k] of key_ids[k] with lease_seconds[k].
+-- Each queue is walked in ix_jobs_claimable order (no sort of the backlog). With several queues,
+-- an unlocked look at each queue's head first decides how many jobs each gives (its share of the
+-- best :max_jobs); the locking walk then takes that many per queue, skipping rows others hold.
+-- The jobs taken are numbered in claim order: slot k is leased to worker_ids[k] (of the API
+-- key key_ids[k], NULL without keys) for lease_seconds[k] (NULL: the job's own), so several
+-- concurrent claims share one statement.
+WITH queue_names AS MATERIALIZED (
+    SELECT DISTINCT q.name
+    FROM unnest(CAST(:queues AS text[])) AS q(name)
+    WHERE NOT EXISTS (SELECT 1 FROM queues p WHERE p.name = q.name AND p.paused)
+),
+shares AS (
+    SELECT name AS queue, CAST(:max_jobs AS int) AS take
+    FROM queue_names
+    WHERE (SELECT count(*) FROM queue_names) = 1
+    UNION ALL
+    SELECT best.queue, count(*)::int
+    FROM (
+        SELECT c.queue
+        FROM queue_names qn
+        CROSS JOIN LATERAL (
+            -- Pending means due (scheduled jobs are another state), so this look needs no run_at
+            -- bound; without one, only ix_jobs_claimable yields this order and it reads the head.
+            -- The locking walk below still checks run_at, for rows older code may write.
+            SELECT j.queue, j.priority, j.run_at, j.id
+            FROM jobs j
+            WHERE j.queue = qn.name AND j.status = 'pending'
+            ORDER BY j.priority DESC, j.run_at, j.id
+            LIMIT :max_jobs
+        ) c
+        ORDER BY c.priority DESC, c.run_at, c.id
+        LIMIT :max_jobs
+    ) best
+    WHERE (SELECT count(*) FROM queue_names) > 1
+    GROUP BY best.queue
+),
+picked AS MATERIALIZED (
+    SELECT l.id, l.priority, l.run_at
+    FROM shares s
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.run_at
+        FROM jobs j
+        WHERE j.queue = s.queue AND j.status = 'pending' AND j.run_at <= now()
+        ORDER BY j.priority DESC, j.run_at, j.id
+        LIMIT s.take
+        FOR UPDATE SKIP LOCKED
+    ) l
+    -- The shares add up to at most :max_jobs; saying so lets the planner join by index.
+    LIMIT :max_jobs
+),
+slotted AS (
+    SELECT p.id,
+           p.slot,
+           (CAST(:worker_ids AS text[]))[p.slot] AS worker_id,
+           (CAST(:key_ids AS bigint[]))[p.slot] AS key_id,
+           (CAST(:lease_seconds AS int[]))[p.slot] AS lease_seconds
+    FROM (SELECT id, row_number() OVER (ORDER BY priority DESC, run_at, id) AS slot
+          FROM picked) p
+)
+UPDATE jobs j
+SET status = 'running',
+    attempts = j.attempts + 1,
+    lease_id = gen_random_uuid(),
+    worker_id = s.worker_id,
+    lease_key_id = s.key_id,
+    lease_ended_by = NULL,
+    lease_granted_seconds = COALESCE(s.lease_seconds, j.lease_seconds),
+    lease_expires_at = now() + make_interval(secs => LEAST(
+        COALESCE(s.lease_seconds, j.lease_seconds),
+        COALESCE(j.timeout_seconds, 2147483647))),
+    started_at = now(),
+    updated_at = now()
+FROM slotted s
+WHERE j.id = s.id
+RETURNING s.slot, j.*;
+
+-- name: job_heartbeat
+-- Extends the leases the worker still holds, saving checkpoint and progress in the same ownership-checked update; answers only the items it took.
+WITH items AS MATERIALIZED (
+    SELECT t.ord,
+           (t.item->>'job_id')::bigint AS job_id,
+           (t.item->>'lease_id')::uuid AS lease_id,
+           t.item->>'worker_id' AS worker_id,
+           (t.item->>'key_id')::bigint AS key_id,
+           (t.item->>'lease_seconds')::int AS lease_seconds,
+           t.item ? 'checkpoint' AS has_checkpoint,
+           NULLIF(t.item->'checkpoint', 'null'::jsonb) AS checkpoint,
+           t.item ? 'progress' AS has_progress,
+           NULLIF(t.item->'progress', 'null'::jsonb) AS progress
+    FROM jsonb_array_elements(CAST(:items AS jsonb)) WITH ORDINALITY AS t(item, ord)
+)
+UPDATE jobs j
+-- Never past the attempt's maximum run time: a stuck worker cannot heartbeat forever.
+SET lease_expires_at = LEAST(
+        now() + make_interval(secs => COALESCE(i.lease_seconds, j.lease_granted_seconds,
+                                               j.lease_seconds)),
+        j.started_at + make_interval(secs => j.timeout_seconds)),
+    checkpoint = CASE WHEN i.has_checkpoint THEN i.checkpoint ELSE j.checkpoint END,
+    checkpoint_at = CASE WHEN i.has_checkpoint THEN now() ELSE j.checkpoint_at END,
+    progress = CASE WHEN i.has_progress THEN i.progress ELSE j.progress END,
+    updated_at = now()
+FROM items i
+WHERE j.id = i.job_id AND j.lease_id = i.lease_id
+  AND j.status = 'running' AND j.worker_id = i.worker_id
+  AND j.lease_key_id IS NOT DISTINCT FROM i.key_id
+  AND (j.timeout_seconds IS NULL
+       OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
+RETURNING i.ord, j.id AS job_id, j.status, j.lease_expires_at;
+
+-- name: job_complete
+-- Marks held jobs succeeded with their result, unless the attempt ran past its timeout; answers only the items it took.
+WITH items AS MATERIALIZED (
+    SELECT t.ord,
+           (t.item->>'job_id')::bigint AS job_id,
+           (t.item->>'lease_id')::uuid AS lease_id,
+           t.item->>'worker_id' AS worker_id,
+           (t.item->>'key_id')::bigint AS key_id,
+           NULLIF(t.item->'result', 'null'::jsonb) AS result
+    FROM jsonb_array_elements(CAST(:items AS jsonb)) WITH ORDINALITY AS t(item, ord)
+)
+UPDATE jobs j
+SET status = 'succeeded',
+    result = i.result,
+    finished_at = now(),
+    lease_expires_at = NULL,
+    lease_ended_by = 'complete',
+    updated_at = now()
+FROM items i
+WHERE j.id = i.job_id AND j.lease_id = i.lease_id
+  AND j.status = 'running' AND j.worker_id = i.worker_id
+  AND j.lease_key_id IS NOT DISTINCT FROM i.key_id
+  AND (j.timeout_seconds IS NULL
+       OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
+RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue,
+          EXTRACT(EPOCH FROM now() - j.started_at)::float8 AS ran_seconds;
+
+-- name: job_fail
+-- Records a failed attempt of held jobs: scheduled after a backoff (pending when retry_after_seconds is 0), or dead when not retryable or out of attempts.
+WITH items AS MATERIALIZED (
+    SELECT t.ord,
+           (t.item->>'job_id')::bigint AS job_id,
+           (t.item->>'lease_id')::uuid AS lease_id,
+           t.item->>'worker_id' AS worker_id,
+           (t.item->>'key_id')::bigint AS key_id,
+           left(COALESCE(t.item->>'error', ''), CAST(:error_max_chars AS int)) AS error,
+           COALESCE((t.item->>'retryable')::boolean, true) AS retryable,
+           (t.item->>'retry_after_seconds')::float8 AS retry_after_seconds,
+           t.item ? 'checkpoint' AS has_checkpoint,
+           NULLIF(t.item->'checkpoint', 'null'::jsonb) AS checkpoint
+    FROM jsonb_array_elements(CAST(:items AS jsonb)) WITH ORDINALITY AS t(item, ord)
+)
+UPDATE jobs j
+SET status = CASE WHEN NOT (i.retryable AND j.attempts < j.max_attempts) THEN 'dead'
+                  WHEN i.retry_after_seconds = 0 THEN 'pending'
+                  ELSE 'scheduled' END,
+    run_at = CASE WHEN i.retryable AND j.attempts < j.max_attempts
+                  THEN now() + COALESCE(make_interval(secs => i.retry_after_seconds),
+                                        jobq_backoff(j.attempts, CAST(:backoff_base AS float8),
+                                                     CAST(:backoff_cap AS float8)))
+                  ELSE j.run_at END,
+    finished_at = CASE WHEN i.retryable AND j.attempts < j.max_attempts
+                       THEN NULL ELSE now() END,
+    last_error = i.error,
+    errors = jobq_errors_append(
+        j.errors,
+        jsonb_build_object('attempt', j.attempts, 'at', now(), 'error', i.error,
+                           'worker_id', j.worker_id, 'kind', 'failed'),
+        CAST(:errors_kept AS int)),
+    checkpoint = CASE WHEN i.has_checkpoint THEN i.checkpoint ELSE j.checkpoint END,
+    checkpoint_at = CASE WHEN i.has_checkpoint THEN now() ELSE j.checkpoint_at END,
+    lease_expires_at = NULL,
+    lease_ended_by = 'fail',
+    updated_at = now()
+FROM items i
+WHERE j.id = i.job_id AND j.lease_id = i.lease_id
+  AND j.status = 'running' AND j.worker_id = i.worker_id
+  AND j.lease_key_id IS NOT DISTINCT FROM i.key_id
+  AND (j.timeout_seconds IS NULL
+       OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
+-- ran_seconds from now(), not finished_at: a retried attempt has no finished_at.
+RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue,
+          EXTRACT(EPOCH FROM now() - j.started_at)::float8 AS ran_seconds;
+
+-- name: job_release
+-- Returns held jobs to pending (scheduled after a delay) without charging the attempt, keeping or replacing the checkpoint.
+WITH items AS MATERIALIZED (
+    SELECT t.ord,
+           (t.item->>'job_id')::bigint AS job_id,
+           (t.item->>'lease_id')::uuid AS lease_id,
+           t.item->>'worker_id' AS worker_id,
+           (t.item->>'key_id')::bigint AS key_id,
+           COALESCE((t.item->>'delay_seconds')::float8, 0) AS delay_seconds,
+           t.item ? 'checkpoint' AS has_checkpoint,
+           NULLIF(t.item->'checkpoint', 'null'::jsonb) AS checkpoint
+    FROM jsonb_array_elements(CAST(:items AS jsonb)) WITH ORDINALITY AS t(item, ord)
+)
+UPDATE jobs j
+SET status = CASE WHEN i.delay_seconds > 0 THEN 'scheduled' ELSE 'pending' END,
+    attempts = GREATEST(j.attempts - 1, 0),
+    run_at = now() + make_interval(secs => i.delay_seconds),
+    checkpoint = CASE WHEN i.has_checkpoint THEN i.checkpoint ELSE j.checkpoint END,
+    checkpoint_at = CASE WHEN i.has_checkpoint THEN now() ELSE j.checkpoint_at END,
+    lease_expires_at = NULL,
+    lease_ended_by = 'release',
+    updated_at = now()
+FROM items i
+WHERE j.id = i.job_id AND j.lease_id = i.lease_id
+  AND j.status = 'running' AND j.worker_id = i.worker_id
+  AND j.lease_key_id IS NOT DISTINCT FROM i.key_id
+  -- A worker cannot dodge its timeout by releasing: the overrun attempt counts as failed.
+  AND (j.timeout_seconds IS NULL
+       OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
+RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue;
+
+-- name: job_lease_verdict
+-- For lease items a transition did not take, read after it: a replay of that same transition (answered with the job's state now), or lost; and whether this lease was cancelled or timed out.
+-- Runs as its own statement so it sees what the transition saw when it re-checked the row:
+-- a fallback inside the transition's statement would read that statement's older snapshot.
+WITH items AS MATERIALIZED (
+    SELECT t.ord,
+           (t.item->>'job_id')::bigint AS job_id,
+           (t.item->>'lease_id')::uuid AS lease_id,
+           t.item->>'worker_id' AS worker_id,
+           (t.item->>'key_id')::bigint AS key_id
+    FROM jsonb_array_elements(CAST(:items AS jsonb)) WITH ORDINALITY AS t(item, ord)
+)
+SELECT i.ord, i.job_id,
+       CASE WHEN mine AND j.lease_ended_by = CAST(:transition AS text) THEN j.status END AS status,
+       j.run_at,
+       j.lease_expires_at,
+       COALESCE(mine AND j.lease_ended_by = 'cancel', false) AS cancelled,
+       COALESCE(mine AND (j.lease_ended_by = 'timeout'
+                          OR (j.status = 'running' AND j.lease_ended_by IS NULL
+                              AND now() >= j.started_at + make_interval(secs => j.timeout_seconds))),
+                false) AS timed_out
+FROM items i
+LEFT JOIN jobs j ON j.id = i.job_id
+CROSS JOIN LATERAL (SELECT j.lease_id = i.lease_id AND j.worker_id = i.worker_id
+                           AND j.lease_key_id IS NOT DISTINCT FROM i.key_id AS mine) m
+ORDER BY i.ord;
+
+-- name: job_cancel
+-- Cancels a pending, scheduled or running job (a running job's lease ends at once); answers the job as it is now, its status before and whether this call changed it.
+-- The row is locked first, so the verdict and the answer describe the same, newest version even
+-- when another transition commits while this one waits for the row.
+WITH target AS (
+    SELECT * FROM jobs WHERE id = :id FOR UPDATE
+),
+cancelled AS (
+    UPDATE jobs j
+    SET status = 'cancelled',
+        finished_at = now(),
+        lease_expires_at = NULL,
+        lease_ended_by = CASE WHEN t.status = 'running' THEN 'cancel' ELSE j.lease_ended_by END,
+        updated_at = now()
+    FROM target t
+    WHERE j.id = t.id AND t.status IN ('pending', 'scheduled', 'running')
+    RETURNING j.*
+)
+-- status_before: the state the decision saw, for the audit row the service writes next.
+SELECT true AS changed, target.status AS status_before, cancelled.* FROM cancelled, target
+UNION ALL
+SELECT false AS changed, target.status AS status_before, target.*
+FROM target WHERE NOT EXISTS (SELECT 1 FROM cancelled);
+
+-- name: job_retry
+-- Puts a dead, cancelled or succeeded job back to pending with its attempts reset (its checkpoint is kept), recording it in audit_log; answers the job as it is now and whether this call changed it.
+WITH target AS (
+    SELECT * FROM jobs WHERE id = :id FOR UPDATE
+),
+retried AS (
+    UPDATE jobs j
+    SET status = 'pending', attempts = 0, run_at = now(),
+        lease_id = NULL, worker_id = NULL, lease_key_id = NULL,
+        lease_ended_by = NULL, lease_expires_at = NULL, started_at = NULL, finished_at = NULL,
+        result = NULL, updated_at = now()
+    FROM target t
+    WHERE j.id = t.id AND t.status IN ('dead', 'cancelled', 'succeeded')
+    RETURNING j.*
+),
+audited AS (
+    -- Only a change: a job that cannot be retried is refused (409) and writes nothing.
+    INSERT INTO audit_log (actor, actor_key_id, action, outcome, queue, job_id,
+                           state_before, state_after)
+    SELECT CAST(:actor AS text), CAST(:actor_key_id AS bigint), 'job.retry', 'changed',
+           t.queue, t.id, t.status, r.status
+    FROM target t JOIN retried r ON r.id = t.id
+)
+SELECT true AS changed, retried.* FROM retried
+UNION ALL
+SELECT false AS changed, target.* FROM target WHERE NOT EXISTS (SELECT 1 FROM retried);
+
+-- name: job_reap
+-- Moves at most :batch_size running jobs whose lease expired (or whose run time passed timeout_seconds) to scheduled after a backoff, or to dead on the last attempt.
+WITH clock AS (
+    SELECT COALESCE(CAST(:now AS timestamptz), now()) AS now
+),
+expired AS MATERIALIZED (
+    SELECT j.id,
+           j.timeout_seconds IS NOT NULL
+               AND c.now >= j.started_at + make_interval(secs => j.timeout_seconds) AS timed_out
+    FROM jobs j, clock c
+    -- The bound is written out, not read from clock: a column of a materialized CTE gives the
+    -- index walk no bound, and it would read every running job on every tick.
+    WHERE j.status = 'running' AND j.lease_expires_at < COALESCE(CAST(:now AS timestamptz), now())
+    ORDER BY j.lease_expires_at
+    LIMIT :batch_size
+    FOR UPDATE OF j SKIP LOCKED
+),
+reasons AS (
+    SELECT id, timed_out,
+           CASE WHEN timed_out THEN 'timed out' ELSE 'lease expired' END AS reason
+    FROM expired
+)
+UPDATE jobs j
+SET status = CASE WHEN j.attempts < j.max_attempts THEN 'scheduled' ELSE 'dead' END,
+    run_at = CASE WHEN j.attempts < j.max_attempts
+                  THEN c.now + jobq_backoff(j.attempts, CAST(:backoff_base AS float8),
+                                            CAST(:backoff_cap AS float8))
+                  ELSE j.run_at END,
+    finished_at = CASE WHEN j.attempts < j.max_attempts THEN NULL ELSE c.now END,
+    last_error = r.reason,
+    errors = jobq_errors_append(
+        j.errors,
+        jsonb_build_object('attempt', j.attempts, 'at', c.now, 'error', r.reason,
+                           'worker_id', j.worker_id,
+                           'kind', CASE WHEN r.timed_out THEN 'timed_out' ELSE 'lease_expired' END),
+        CAST(:errors_kept AS int)),
+    -- The lease id stays, so a late call with it learns it expired or timed out; as that is
+    -- not the caller's own transition it is never taken for a replay.
+    lease_ended_by = CASE WHEN r.timed_out THEN 'timeout' ELSE 'expire' END,
+    lease_expires_at = NULL,
+    updated_at = now()
+FROM reasons r, clock c
+WHERE j.id = r.id AND j.status = 'running' AND j.lease_expires_at < c.now
+RETURNING j.id, j.queue, j.status;
+
+-- name: job_promote
+-- Moves at most :batch_size scheduled jobs whose run_at has come to pending, oldest first; answers their queues.
+WITH due AS MATERIALIZED (
+    SELECT id
+    FROM jobs
+    WHERE status = 'scheduled' AND run_at <= COALESCE(CAST(:now AS timestamptz), now())
+    ORDER BY run_at
+    LIMIT :batch_size
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE jobs j
+SET status = 'pending', updated_at = now()
+FROM due
+WHERE j.id = due.id AND j.status = 'scheduled'
+RETURNING j.queue;
+
+-- name: job_prune
+-- Deletes at most :batch_size finished jobs whose retention has passed (succeeded, cancelled, dead each have their own), walking each state's own range of the index.
+WITH clock AS (
+    SELECT COALESCE(CAST(:now AS timestamptz), now()) AS now
+),
+cutoffs AS (
+    SELECT s.status, c.now - make_interval(secs => s.retention) AS before
+    FROM clock c,
+         (VALUES ('succeeded', CAST(:succeeded_seconds AS float8)),
+                 ('cancelled', CAST(:cancelled_seconds AS float8)),
+                 ('dead', CAST(:dead_seconds AS float8))) AS s(status, retention)
+),
+doomed AS MATERIALIZED (
+    SELECT d.id
+    FROM cutoffs co
+    CROSS JOIN LATERAL (
+        SELECT j.id
+        FROM jobs j
+        -- The IN list repeats the partial index's predicate, so the planner may use it.
+        WHERE j.status IN ('succeeded', 'cancelled', 'dead')
+          AND j.status = co.status AND j.finished_at < co.before
+        ORDER BY j.status, j.finished_at
+        LIMIT :batch_size
+        FOR UPDATE SKIP LOCKED
+    ) d
+    LIMIT :batch_size
+)
+DELETE FROM jobs j
+USING doomed
+WHERE j.id = doomed.id AND j.status IN ('succeeded', 'cancelled', 'dead')
+RETURNING j.id;
+
+-- name: queue_throughput_prune
+-- Deletes at most :batch_size per-minute outcome rows older than :keep_seconds.
+DELETE FROM queue_throughput t
+WHERE (t.queue, t.minute, t.outcome, t.shard) IN (
+    SELECT queue, minute, outcome, shard
+    FROM queue_throughput
+    WHERE minute < COALESCE(CAST(:now AS timestamptz), now()) - make_interval(secs => CAST(:keep_seconds AS float8))
+    ORDER BY minute
+    LIMIT :batch_size
+)
+RETURNING t.minute;
+
+-- name: queue_set_paused
+-- Pauses or resumes a queue, recording it in audit_log (unchanged when it already was); claims skip paused queues.
+-- The queue's row is locked first, and the upsert reads from that lock's result so it runs after
+-- it: the state recorded as before is the one this call changed. A queue never seen has no row:
+-- it was active (two first pauses of a new queue at once may both record active -> paused).
+WITH prior AS (
+    SELECT COALESCE((SELECT paused FROM queues WHERE name = :name FOR UPDATE), false) AS was_paused
+),
+saved AS (
+    INSERT INTO queues (name, paused)
+    SELECT CAST(:name AS text), CAST(:paused AS boolean) FROM prior
+    ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()
+    RETURNING name, paused, updated_at
+),
+audited AS (
+    INSERT INTO audit_log (actor, actor_key_id, action, outcome, queue, state_before, state_after)
+    SELECT CAST(:actor AS text), CAST(:actor_key_id AS bigint),
+           CASE WHEN s.paused THEN 'queue.pause' ELSE 'queue.resume' END,
+           CASE WHEN p.was_paused = s.paused THEN 'unchanged' ELSE 'changed' END,
+           s.name,
+           CASE WHEN p.was_paused THEN 'paused' ELSE 'active' END,
+           CASE WHEN s.paused THEN 'paused' ELSE 'active' END
+    FROM saved s CROSS JOIN prior p
+)
+SELECT name, paused, updated_at FROM saved;
+
+-- name: queue_stats
+-- Per queue: jobs per state from the trigger-kept counters, the age of the oldest pending job (one index probe) and last minute's successes.
+WITH counts AS (
+    SELECT queue,
+           sum(jobs) FILTER (WHERE status = 'scheduled') AS scheduled,
+           sum(jobs) FILTER (WHERE status = 'pending') AS pending,
+           sum(jobs) FILTER (WHERE status = 'running') AS running,
+           sum(jobs) FILTER (WHERE status = 'succeeded') AS succeeded,
+           sum(jobs) FILTER (WHERE status = 'dead') AS dead,
+           sum(jobs) FILTER (WHERE status = 'cancelled') AS cancelled,
+           sum(jobs) AS total
+    FROM queue_counts
+    GROUP BY queue
+),
+names AS (
+    SELECT queue AS name FROM counts WHERE total <> 0
+    UNION
+    SELECT name FROM queues
+)
+SELECT n.name,
+       COALESCE(q.paused, false) AS paused,
+       COALESCE(c.scheduled, 0)::bigint AS scheduled,
+       COALESCE(c.pending, 0)::bigint AS pending,
+       COALESCE(c.running, 0)::bigint AS running,
+       COALESCE(c.succeeded, 0)::bigint AS succeeded,
+       COALESCE(c.dead, 0)::bigint AS dead,
+       COALESCE(c.cancelled, 0)::bigint AS cancelled,
+       (SELECT GREATEST(EXTRACT(EPOCH FROM now() - j.run_at), 0)::float8
+        FROM jobs j
+        WHERE j.queue = n.name AND j.status = 'pending'
+        -- Ordered as ix_jobs_pending_queue_run_at is: one probe of that index.
+        ORDER BY j.queue, j.run_at
+        LIMIT 1) AS oldest_pending_age_seconds,
+       -- The last 60 s, estimated from two minute buckets: all of this minute's, and the part of
+       -- the previous minute's that still lies inside the window.
+       COALESCE((SELECT round(sum(t.jobs * CASE WHEN t.minute = date_trunc('minute', now()) THEN 1
+                                                ELSE 1 - EXTRACT(EPOCH FROM now() - date_trunc('minute', now())) / 60
+                                           END))
+                 FROM queue_throughput t
+                 WHERE t.queue = n.name AND t.outcome = 'succeeded'
+                   AND t.minute >= date_trunc('minute', now()) - interval '1 minute'), 0)::bigint
+           AS succeeded_last_minute
+FROM names n
+LEFT JOIN queues q ON q.name = n.name
+LEFT JOIN counts c ON c.queue = n.name
+ORDER BY n.name;
+
+-- name: worker_list
+-- Lists the workers holding leases now (a worker is its id within its API key), with the jobs they hold; with :queue_patterns (LIKE patterns), only jobs of matching queues.
+SELECT j.worker_id,
+       k.name AS key_name,
+       count(*) AS jobs_held,
+       array_agg(j.id ORDER BY j.id) AS job_ids,
+       min(j.lease_expires_at) AS next_lease_expiry,
+       max(j.updated_at) AS last_seen_at
+FROM jobs j
+LEFT JOIN api_keys k ON k.id = j.lease_key_id
+WHERE j.status = 'running'
+  AND (CAST(:queue_patterns AS text[]) IS NULL
+       OR j.queue LIKE ANY (CAST(:queue_patterns AS text[])))
+GROUP BY j.worker_id, j.lease_key_id, k.name
+ORDER BY j.worker_id, j.lease_key_id;
+
+-- name: maintenance_try_lead
+-- Tries to take the session-level advisory lock that elects the maintenance leader.
+SELECT pg_try_advisory_lock(:lock_key) AS acquired;
+
+-- name: health_ping
+-- Confirms the database answers.
+SELECT 1 AS alive;
+
+-- name: audit_insert
+-- Records one admin action in audit_log, at the transaction's now(); for actions whose own statement does not (job_cancel).
+INSERT INTO audit_log (actor, actor_key_id, action, outcome, queue, job_id, state_before, state_after)
+VALUES (CAST(:actor AS text), CAST(:actor_key_id AS bigint), CAST(:action AS text),
+        CAST(:outcome AS text), CAST(:queue AS text), CAST(:job_id AS bigint),
+        CAST(:state_before AS text), CAST(:state_after AS text));
