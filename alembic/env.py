@@ -9,10 +9,8 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
-from sqlalchemy.ext.asyncio import create_async_engine
-from sqlalchemy.pool import NullPool
 
-from app.db import async_url
+from app.db import async_url, create_admin_engine
 from app.models import metadata
 
 config = context.config
@@ -43,7 +41,8 @@ def _run(connection: Connection) -> None:
 
 
 async def _run_online() -> None:
-    engine = create_async_engine(async_url(_database_url()), poolclass=NullPool)
+    # Host by host through a listed set (a failover), with asyncpg's statement cache.
+    engine = create_admin_engine(_database_url())
     try:
         async with engine.connect() as connection:
             await connection.run_sync(_run)

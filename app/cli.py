@@ -59,9 +59,11 @@ def _serve(args: argparse.Namespace) -> int:
         server.run(sockets=[reuse_port_socket(settings.host, settings.port)])
         return 0
     url = resolve_database_url(settings, verbose=args.verbose)
-    upgrade(url)
+    # Migrations and one-off statements bypass a transaction-mode pooler (JOBQ_DIRECT_DATABASE_URL).
+    direct = settings.direct_database_url or url
+    upgrade(direct)
     settings = settings.model_copy(update={"database_url": url})
-    if not is_loopback(settings.host) and not _run_on(url, _any_keys):
+    if not is_loopback(settings.host) and not _run_on(direct, _any_keys):
         if not settings.insecure:
             print(
                 f"jobq: refusing to serve {settings.host} with no API keys: anyone who can reach "
@@ -108,12 +110,10 @@ def is_loopback(host: str) -> bool:
 
 def _run_on(url: str, work: Callable[[Any], Awaitable[T]], *, transaction: bool = False) -> T:
     """Runs ``work(connection)`` on the database once, from a synchronous command."""
-    from app.db import async_url
+    from app.db import create_admin_engine
 
     async def run() -> T:
-        from sqlalchemy.ext.asyncio import create_async_engine
-
-        engine = create_async_engine(async_url(url))
+        engine = create_admin_engine(url)
         try:
             if transaction:
                 async with engine.begin() as conn:
@@ -143,7 +143,8 @@ def _cli_actor() -> str:
 def _keys_url() -> str:
     from app.migrations import upgrade
 
-    url = resolve_database_url(Settings())
+    settings = Settings()
+    url = settings.direct_database_url or resolve_database_url(settings)
     upgrade(url)
     return url
 
@@ -224,7 +225,8 @@ def _keys_revoke(args: argparse.Namespace) -> int:
 def _migrate(_: argparse.Namespace) -> int:
     from app.migrations import upgrade
 
-    upgrade(resolve_database_url(Settings()))
+    settings = Settings()
+    upgrade(settings.direct_database_url or resolve_database_url(settings))
     print("migrated to head", flush=True)
     return 0
 

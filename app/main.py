@@ -11,8 +11,6 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import create_async_engine
-from sqlalchemy.pool import NullPool
 
 from app.api import jobs, metrics, ops, workers
 from app.api.fastpath import JobqAPI
@@ -22,7 +20,7 @@ from app.auth import store as key_store
 from app.auth.keyring import KeyRing
 from app.auth.limiter import FailureLimiter
 from app.dashboard import router as dashboard
-from app.db import async_url, create_driver_pool, create_engine
+from app.db import create_control_engine, create_driver_pool, create_engine
 from app.errors import brief, install_error_handlers
 from app.logs import RequestIds, log_job_events
 from app.maintenance.gauges import QueueGauges
@@ -116,13 +114,19 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         pool_size=settings.db_read_pool_size,
         max_overflow=settings.db_max_overflow,
         pool_timeout=settings.db_pool_timeout_seconds,
+        statement_cache=settings.db_statement_cache,
+        connect_timeout=settings.db_connect_timeout_seconds,
     )
-    pool = await create_driver_pool(url, size=settings.db_pool_size)
-    # The control connection lives outside the pool: parked claims never hold a pooled one.
-    control_engine = create_async_engine(
-        async_url(url),
-        poolclass=NullPool,
-        connect_args={"server_settings": {"application_name": "jobq-control"}},
+    pool = await create_driver_pool(
+        url,
+        size=settings.db_pool_size,
+        statement_cache=settings.db_statement_cache,
+        connect_timeout=settings.db_connect_timeout_seconds,
+    )
+    # The control connection lives outside the pool: parked claims never hold a pooled one. It
+    # holds session state (LISTEN, the leader lock), so it bypasses a transaction-mode pooler.
+    control_engine = create_control_engine(
+        settings.direct_database_url or url, connect_timeout=settings.db_connect_timeout_seconds
     )
     repository = repository_for(settings)
     hub = WaiterHub()

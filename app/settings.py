@@ -27,6 +27,15 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("DATABASE_URL", "JOBQ_DATABASE_URL"),
         description="PostgreSQL URL; unset means: start the embedded server under data_dir.",
     )
+    direct_database_url: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("JOBQ_DIRECT_DATABASE_URL", "DIRECT_DATABASE_URL"),
+        description=(
+            "PostgreSQL URL that reaches the server itself, for the control connection (LISTEN, "
+            "leader lock) and migrations, when DATABASE_URL goes through a transaction-mode "
+            "pooler; unset: DATABASE_URL."
+        ),
+    )
     data_dir: Path = Field(
         default=Path(".jobq"), description="Where the embedded server keeps its data (pgdata/)."
     )
@@ -56,6 +65,22 @@ class Settings(BaseSettings):
     )
     db_pool_timeout_seconds: float = Field(
         default=10, gt=0, le=300, description="How long a request waits for a free connection."
+    )
+    db_connect_timeout_seconds: float = Field(
+        default=5,
+        gt=0,
+        le=300,
+        description=(
+            "How long a connection attempt waits for each host DATABASE_URL lists before the "
+            "next (after a failover, a dead primary may never answer)."
+        ),
+    )
+    db_statement_cache: bool = Field(
+        default=True,
+        description=(
+            "Cache prepared statements per connection; false behind PgBouncer in transaction "
+            "pool mode (statements are then prepared unnamed on every call)."
+        ),
     )
     shutdown_grace_seconds: float = Field(
         default=10, ge=0, le=3600, description="How long open requests may finish after SIGTERM."
