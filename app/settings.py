@@ -107,6 +107,9 @@ class Settings(BaseSettings):
         default="",
         description="Comma-separated origins allowed by CORS (empty: CORS off; never with credentials).",
     )
+    dashboard_refresh_seconds: int = Field(
+        default=5, ge=1, le=3600, description="How often a visible dashboard page refreshes itself."
+    )
 
     # Logs.
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(

@@ -85,8 +85,6 @@ TEMPLATES = HERE / "templates"
 STATIC = HERE / "static"
 
 PAGE_SIZE = 50
-# Refreshable fragments poll this often while their tab is visible.
-REFRESH_SECONDS = 5
 THROUGHPUT_MINUTES = 60
 CURSOR_MAX_CHARS = 200
 ACTOR_MAX_CHARS = 255
@@ -350,7 +348,7 @@ class Dashboard:
         )
         self.env.globals.update(
             static=self.static_url,
-            refresh_seconds=REFRESH_SECONDS,
+            refresh_seconds=settings.dashboard_refresh_seconds,
             states=STATES,
             prefix=PREFIX,
         )

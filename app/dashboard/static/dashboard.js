@@ -1,6 +1,6 @@
 /* jobq dashboard: pauses auto-refresh while the tab is hidden, and counts leases down.
  *
- * Refreshable parts carry data-refresh and hx-trigger="every 5s, refresh": htmx polls them.
+ * Refreshable parts carry data-refresh and hx-trigger="every Ns, refresh" (JOBQ_DASHBOARD_REFRESH_SECONDS): htmx polls them.
  * Polling is cancelled while document.visibilityState is not "visible" (no eval needed, so
  * the Content-Security-Policy can forbid it), and each part is refreshed once when the tab
  * comes back. Countdowns are <time data-expires-at="ISO" data-server-now="ISO">: the server's
