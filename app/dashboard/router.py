@@ -72,7 +72,7 @@ from app.errors import (
     Unauthenticated,
     sqlstate,
 )
-from app.queue.bounds import MAX_BIGINT
+from app.queue.bounds import MAX_BIGINT, instant_in_window
 from app.queue.service import JobService
 from app.queue.states import BULK_STATES, BulkAction, JobStatus, bulk_states
 from app.queue.types import JobSearch
@@ -218,6 +218,8 @@ class JobFilters:
     type: str | None = None
     payload_text: str = ""
     payload: Any = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
     after: str | None = None
 
     def params(self, *, after: str | None = None) -> dict[str, str]:
@@ -231,6 +233,10 @@ class JobFilters:
             out["type"] = self.type
         if self.payload_text:
             out["payload"] = self.payload_text
+        if self.created_after:
+            out["created_after"] = _form_time(self.created_after)
+        if self.created_before:
+            out["created_before"] = _form_time(self.created_before)
         if after:
             out["after"] = after
         return out
@@ -256,7 +262,30 @@ class JobFilters:
             parts.append(f"type = {self.type}")
         if self.payload_text:
             parts.append(f"payload contains {self.payload_text}")
+        if self.created_after:
+            parts.append(f"created from {_form_time(self.created_after)} UTC")
+        if self.created_before:
+            parts.append(f"created before {_form_time(self.created_before)} UTC")
         return ", ".join(parts) if parts else "no filter: every queue you can see"
+
+
+def _form_time(value: datetime) -> str:
+    """An instant as a datetime-local field shows it, in UTC (the dashboard's clock)."""
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M")
+
+
+def parse_form_time(text: str, label: str) -> tuple[datetime | None, str | None]:
+    """A datetime-local field's value, read in UTC, or why it is unusable."""
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        return None, f"The {label} time is not a date and time such as 2030-01-31T09:00."
+    value = value.replace(tzinfo=UTC) if value.tzinfo is None else value
+    try:
+        instant_in_window(value)
+    except ValueError as exc:
+        return None, f"The {label} time is out of range: {exc}."
+    return value, None
 
 
 def parse_payload_filter(text: str) -> tuple[Any, str | None]:
@@ -304,6 +333,14 @@ def parse_filters(params: Mapping[str, str], settings: Settings) -> tuple[JobFil
         payload, problem = parse_payload_filter(payload_text)
         if problem is not None:
             errors.append(problem)
+    times: dict[str, datetime | None] = {}
+    for name, label in (("created_after", "from"), ("created_before", "before")):
+        text = (params.get(name) or "").strip()
+        times[name] = None
+        if text:
+            times[name], problem = parse_form_time(text, label)
+            if problem is not None:
+                errors.append(problem)
     after = params.get("after") or None
     if after is not None and (len(after) > CURSOR_MAX_CHARS or not after.isascii()):
         errors.append("The page position (after) is malformed; start again from the newest jobs.")
@@ -314,6 +351,8 @@ def parse_filters(params: Mapping[str, str], settings: Settings) -> tuple[JobFil
         type=job_type,
         payload_text=payload_text,
         payload=payload,
+        created_after=times["created_after"],
+        created_before=times["created_before"],
         after=after,
     )
     return filters, errors
@@ -545,6 +584,8 @@ class Dashboard:
             status=filters.state,
             type=filters.type,
             payload=filters.payload,
+            created_after=filters.created_after,
+            created_before=filters.created_before,
             queue_patterns=tuple(patterns) if patterns is not None else None,
         )
 

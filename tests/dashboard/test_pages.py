@@ -109,6 +109,12 @@ async def test_the_jobs_page_lists_every_state_and_filters(
         answer = await admin.get(f"/dashboard/jobs?{query}")
         assert answer.status_code == 200, query
         assert job_ids(answer.text) == expected, query
+    # Creation times, read in UTC as the form's datetime-local fields give them.
+    past, future = "2000-01-01T00%3A00", "2999-01-01T00%3A00"
+    assert job_ids((await admin.get(f"/dashboard/jobs?created_before={past}")).text) == []
+    recent = await admin.get(f"/dashboard/jobs?created_after={past}&created_before={future}")
+    assert job_ids(recent.text) == listed
+    assert 'name="created_after" type="datetime-local" value="2000-01-01T00:00"' in recent.text
     emails = (await admin.get("/dashboard/jobs?queue=emails")).text
     assert 'name="queue" value="emails"' in emails
     assert "Queue emails holds" in emails and '<span data-total="cancelled">1</span>' in emails
@@ -132,6 +138,8 @@ UNUSABLE_FILTERS = [
     ("type=a%00b", "job type"),
     ("after=%21%21%21", "page position"),
     ("after=" + "x" * 300, "page position"),
+    ("created_after=yesterday", "not a date and time"),
+    ("created_before=9999-12-31T23%3A59", "out of range"),
 ]
 
 
