@@ -467,6 +467,16 @@ def _search_conditions(search: JobSearch) -> list[ColumnElement[bool]]:
     return conditions
 
 
+def _in_queues(column: Any, search: JobSearch) -> list[ColumnElement[bool]]:
+    """The search's queue, and a scoped key's LIKE patterns, as conditions on ``column``."""
+    conditions: list[ColumnElement[bool]] = []
+    if search.queue is not None:
+        conditions.append(column == search.queue)
+    if search.queue_patterns is not None:
+        conditions.append(column.like(any_(literal(list(search.queue_patterns), ARRAY(Text)))))
+    return conditions
+
+
 def job_list_query(where: ListFilter) -> Select[Any]:
     """The listing as one statement whose cost follows the page, not the table.
 
@@ -488,13 +498,7 @@ def job_list_query(where: ListFilter) -> Select[Any]:
     else:
         states = [s.value for s in JobStatus]
     if search.searches_content:
-        conditions = _search_conditions(search)
-        if search.queue is not None:
-            conditions.append(jobs.c.queue == search.queue)
-        if search.queue_patterns is not None:
-            conditions.append(
-                jobs.c.queue.like(any_(literal(list(search.queue_patterns), ARRAY(Text))))
-            )
+        conditions = _search_conditions(search) + _in_queues(jobs.c.queue, search)
         if len(states) < len(JobStatus):
             conditions.append(jobs.c.status.in_(states))
         if where.before_id is not None:
@@ -515,15 +519,8 @@ def job_list_query(where: ListFilter) -> Select[Any]:
     # The (queue, state) pairs that hold jobs, from the counters: an empty pair gets no branch
     # (a branch over an empty pair is where a primary-key walk would read the whole history).
     pairs = select(queue_counts.c.queue.label("name"), queue_counts.c.status).where(
-        queue_counts.c.status.in_(states)
+        queue_counts.c.status.in_(states), *_in_queues(queue_counts.c.queue, search)
     )
-    if search.queue is not None:
-        pairs = pairs.where(queue_counts.c.queue == search.queue)
-    if search.queue_patterns is not None:
-        # A scoped key's listing: only the queues its patterns match.
-        pairs = pairs.where(
-            queue_counts.c.queue.like(any_(literal(list(search.queue_patterns), ARRAY(Text))))
-        )
     pair_list = (
         pairs.group_by(queue_counts.c.queue, queue_counts.c.status)
         .having(func.sum(queue_counts.c.jobs) > 0)
@@ -570,23 +567,18 @@ def job_count_query(search: JobSearch, statuses: Sequence[JobStatus]) -> Select[
     type, payload or time, else counted through the indexes the listing uses."""
     states = [s.value for s in statuses]
     if search.type is None and not search.searches_content:
-        conditions: list[ColumnElement[bool]] = [queue_counts.c.status.in_(states)]
-        if search.queue is not None:
-            conditions.append(queue_counts.c.queue == search.queue)
-        if search.queue_patterns is not None:
-            conditions.append(
-                queue_counts.c.queue.like(any_(literal(list(search.queue_patterns), ARRAY(Text))))
-            )
-        return select(func.coalesce(func.sum(queue_counts.c.jobs), 0)).where(*conditions)
-    conditions = _search_conditions(search)
-    conditions.append(jobs.c.status.in_(states))
-    if search.queue is not None:
-        conditions.append(jobs.c.queue == search.queue)
-    if search.queue_patterns is not None:
-        conditions.append(
-            jobs.c.queue.like(any_(literal(list(search.queue_patterns), ARRAY(Text))))
+        return select(func.coalesce(func.sum(queue_counts.c.jobs), 0)).where(
+            queue_counts.c.status.in_(states), *_in_queues(queue_counts.c.queue, search)
         )
-    return select(func.count()).select_from(jobs).where(*conditions)
+    return (
+        select(func.count())
+        .select_from(jobs)
+        .where(
+            jobs.c.status.in_(states),
+            *_search_conditions(search),
+            *_in_queues(jobs.c.queue, search),
+        )
+    )
 
 
 # What each bulk action does to a locked row (the single ops actions' SET lists, job_cancel and

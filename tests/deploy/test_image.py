@@ -157,6 +157,18 @@ def test_image_healthcheck_passes(image: str, served: Container) -> None:
     assert result.returncode == 0, (result.stdout, result.stderr)
 
 
+def _wait_parked(served: Container) -> None:
+    """Polls /metrics until the instance reports a claim long-polling."""
+    deadline = time.monotonic() + 10
+    headers = {"Authorization": f"Bearer {served.key}"}
+    while time.monotonic() < deadline:
+        text = httpx.get(f"{served.base_url}/metrics", headers=headers, timeout=5).text
+        if "jobq_claims_waiting 1.0" in text:
+            return
+        time.sleep(0.05)
+    raise AssertionError("the claim never parked")
+
+
 def _parked_claim(url: str, key: str, outcome: list[object]) -> None:
     try:
         response = httpx.post(
@@ -180,7 +192,7 @@ def test_sigterm_stops_within_the_grace_with_status_0(served: Container) -> None
     outcome: list[object] = []
     claim = threading.Thread(target=_parked_claim, args=(served.base_url, served.key, outcome))
     claim.start()
-    time.sleep(1.0)  # the claim is parked (nothing in the queue; it would wait 20 s)
+    _wait_parked(served)  # nothing in the queue: the claim would wait 20 s
     started = time.monotonic()
     podman("stop", "--time", str(STOP_GRACE_SECONDS), served.name, timeout=STOP_GRACE_SECONDS + 30)
     elapsed = time.monotonic() - started
