@@ -54,6 +54,10 @@ jobs = Table(
     # Maximum run time of one attempt; heartbeats cannot extend a lease past it.
     Column("timeout_seconds", Integer, nullable=True),
     Column("idempotency_key", Text, nullable=True),
+    # Concurrency keys and rate limits (migration 0011): the job's key, and the flow_state rows
+    # its current (or last) attempt holds a running slot in, so the release matches the claim.
+    Column("concurrency_key", Text, nullable=True),
+    Column("flow_keys", ARRAY(Text), nullable=True),
     # Fingerprint of the enqueue request, to tell a replay from a reuse of the key.
     Column("idempotency_hash", Text, nullable=True),
     Column("result", JSONB, nullable=True),
@@ -125,6 +129,14 @@ jobs = Table(
     # Listings, newest first: per queue and state, and per queue, type and state.
     Index("ix_jobs_queue_status_id", "queue", "status", "id"),
     Index("ix_jobs_queue_type_status_id", "queue", "type", "status", "id"),
+    # Pending jobs by concurrency key (migration 0011): the claim asks whether an empty
+    # bucket's key has jobs waiting in the claimed queues, to say when a token returns.
+    Index(
+        "ix_jobs_pending_concurrency_key",
+        "concurrency_key",
+        "queue",
+        postgresql_where=text("status = 'pending' AND concurrency_key IS NOT NULL"),
+    ),
     # Search (migration 0010): payload containment through GIN, time ranges through BRIN (rows
     # arrive in created_at order, so a few pages summarise millions of them).
     Index(
@@ -167,6 +179,46 @@ queue_throughput = Table(
     Column("jobs", BigInteger, nullable=False),
     PrimaryKeyConstraint("queue", "minute", "outcome", "shard"),
     Index("ix_queue_throughput_minute", "minute"),
+)
+
+# Flow limits (migration 0011), set by operators: per key pattern or queue pattern (a glob, kept
+# with its LIKE form), a max_running and/or a token bucket of rate_limit claims per
+# rate_per_seconds. The most specific (longest) matching pattern of each scope applies.
+flow_limits = Table(
+    "flow_limits",
+    metadata,
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    Column("scope", Text, nullable=False),
+    Column("pattern", Text, nullable=False),
+    Column("like_pattern", Text, nullable=False),
+    Column("max_running", Integer, nullable=True),
+    Column("rate_limit", Integer, nullable=True),
+    Column("rate_per_seconds", Float, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    CheckConstraint("scope IN ('key', 'queue')", name="scope"),
+    CheckConstraint("max_running IS NOT NULL OR rate_limit IS NOT NULL", name="some"),
+    CheckConstraint("(rate_limit IS NULL) = (rate_per_seconds IS NULL)", name="rate"),
+    CheckConstraint("max_running >= 1", name="max_running"),
+    CheckConstraint("rate_limit >= 1 AND rate_per_seconds > 0", name="rate_positive"),
+    UniqueConstraint("scope", "pattern"),
+)
+
+# One row per limited key ("key:<concurrency_key>") or queue ("queue:<name>"), written only by
+# the claim statement (which locks it FOR UPDATE in key order) and by the trigger that gives
+# running slots back; the limit columns repeat what the last claim applied.
+flow_state = Table(
+    "flow_state",
+    metadata,
+    Column("key", Text, primary_key=True),
+    Column("running", Integer, nullable=False, server_default=text("0")),
+    Column("max_running", Integer, nullable=True),
+    Column("rate_limit", Integer, nullable=True),
+    Column("rate_per_seconds", Float, nullable=True),
+    Column("tokens", Float, nullable=True),
+    Column("refilled_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    CheckConstraint("running >= 0", name="running"),
 )
 
 # API keys (migration 0007): the SHA-256 of each secret, never the secret; revoked, not deleted.

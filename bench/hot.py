@@ -177,7 +177,8 @@ class Workload:
         async with self.phase("claim"):
             while len(held) < count:
                 slots = [ClaimSlot(worker_id=f"w{k}") for k in range(min(BATCH, count - len(held)))]
-                rows = await self.repo.job_claim(self.driver, queues=[QUEUE], slots=slots)
+                outcome = await self.repo.job_claim(self.driver, queues=[QUEUE], slots=slots)
+                rows = getattr(outcome, "by_slot", outcome)  # a list before limits came
                 taken = [r for r in rows if r is not None]
                 if not taken:
                     raise RuntimeError(f"claimed {len(held)} of {count} jobs")

@@ -106,6 +106,9 @@ class Row:
     clients: int
     batch: int = 1
     max_jobs: int = 1
+    # > 0: the jobs carry this many concurrency keys under a limit that never binds, so the row
+    # shows what keys cost a claim (the lock, count and release of each key's flow_state row).
+    keys: int = 0
 
 
 ROWS = (
@@ -118,6 +121,21 @@ ROWS = (
     Row("drain_1_max50", "drain, 1 worker, max_jobs 50", "drain", 1, max_jobs=50),
     Row("drain_4_max50", "drain, 4 workers, max_jobs 50", "drain", 4, max_jobs=50),
     Row("drain_16_max50", "drain, 16 workers, max_jobs 50", "drain", 16, max_jobs=50),
+    Row("drain_16_max1_keys", "drain, 16 workers, max_jobs 1, 20 keys", "drain", 16, keys=20),
+    Row(
+        "drain_16_max50_keys",
+        "drain, 16 workers, max_jobs 50, 20 keys",
+        "drain",
+        16,
+        max_jobs=50,
+        keys=20,
+    ),
+)
+
+# The limit the keyed rows run under: every key of theirs, a max_running no run reaches.
+KEY_LIMIT = (
+    "INSERT INTO flow_limits (scope, pattern, like_pattern, max_running) "
+    "VALUES ('key', 'bench-key:*', 'bench-key:%', 1000000)"
 )
 
 HISTORY_INSERT = """
@@ -244,7 +262,7 @@ class Suite:
 
     async def truncate(self) -> None:
         """Empties the queue tables (a trigger clears the counters)."""
-        await self.admin.execute("TRUNCATE jobs, queues")
+        await self.admin.execute("TRUNCATE jobs, queues, flow_limits, flow_state")
 
     async def check_pg_stat_statements(self) -> None:
         """Makes ``pg_stat_statements`` usable here, or records why it is not."""
@@ -441,8 +459,10 @@ class Suite:
         """One run of ``row`` against ``target``, verified; answers its figures."""
         n = self.options.jobs
         await self.truncate()
+        if row.keys and target == "jobq":
+            await self.admin.execute(KEY_LIMIT)
         if row.kind == "drain":
-            await self.preload(target, n, context)
+            await self.preload(target, n, context, keys=row.keys)
         if settled:
             await self.settle()
         before = await self.statement_counts()
@@ -486,13 +506,15 @@ class Suite:
             figures |= self.statement_deltas(before, after, jobs, settled=settled)
         return figures
 
-    async def preload(self, target: Target, n: int, context: str) -> None:
-        """Enqueues ``n`` jobs (untimed) in batches of 500 through the target's own batch enqueue."""
+    async def preload(self, target: Target, n: int, context: str, *, keys: int = 0) -> None:
+        """Enqueues ``n`` jobs (untimed) in batches of 500 through the target's own batch enqueue
+        (jobq's over ``keys`` concurrency keys when ``keys`` > 0)."""
         args: dict[str, Any] = {
             "queue": QUEUE,
             "clients": PRELOAD_CLIENTS,
             "jobs": n,
             "batch": PRELOAD_BATCH,
+            "keys": keys,
         }
         if target == "jobq":
             result = await self.load("enqueue", args | {"bases": self.bases})

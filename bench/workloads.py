@@ -47,9 +47,12 @@ async def close_all(conns: Sequence[Connection]) -> None:
     await asyncio.gather(*(conn.close() for conn in conns))
 
 
-def job(queue: str, n: int) -> dict[str, Any]:
-    """The enqueue body of job number ``n``."""
-    return {"queue": queue, "type": JOB_TYPE, "payload": {"n": n}}
+def job(queue: str, n: int, keys: int = 0) -> dict[str, Any]:
+    """The enqueue body of job number ``n`` (with one of ``keys`` concurrency keys when > 0)."""
+    body: dict[str, Any] = {"queue": queue, "type": JOB_TYPE, "payload": {"n": n}}
+    if keys:
+        body["concurrency_key"] = f"bench-key:{n % keys}"
+    return body
 
 
 def refused(what: str, response: Response) -> str:
@@ -84,7 +87,7 @@ class Counter:
 
 async def enqueue(args: dict[str, Any], meter: Meter, errors: Errors) -> dict[str, Any]:
     """Enqueues ``jobs`` jobs from ``clients`` clients, ``batch`` per request (1: ``POST /v1/jobs``)."""
-    queue, batch = args["queue"], int(args["batch"])
+    queue, batch, keys = args["queue"], int(args["batch"]), int(args.get("keys", 0))
     numbers = Counter(int(args["jobs"]))
     conns = connections(args, int(args["clients"]))
     created: list[int] = []
@@ -94,9 +97,9 @@ async def enqueue(args: dict[str, Any], meter: Meter, errors: Errors) -> dict[st
         nonlocal requests
         while chunk := numbers.take(batch):
             if batch == 1:
-                response = await post(conn, "/v1/jobs", job(queue, chunk[0]), errors)
+                response = await post(conn, "/v1/jobs", job(queue, chunk[0], keys), errors)
             else:
-                body = {"jobs": [job(queue, n) for n in chunk]}
+                body = {"jobs": [job(queue, n, keys) for n in chunk]}
                 response = await post(conn, "/v1/jobs/batch", body, errors)
             requests += 1
             if response is None:

@@ -115,8 +115,12 @@ class Client:
         lease_seconds: int | None = None,
         timeout_seconds: int | None = None,
         idempotency_key: str | None = None,
+        concurrency_key: str | None = None,
     ) -> dict[str, Any]:
-        """Enqueues one job; answers it (an idempotent replay answers the job it first created)."""
+        """Enqueues one job; answers it (an idempotent replay answers the job it first created).
+
+        ``concurrency_key`` groups jobs for the limits of :meth:`set_limit`.
+        """
         body: dict[str, Any] = {
             "queue": queue,
             "type": type,
@@ -130,6 +134,7 @@ class Client:
             "lease_seconds": lease_seconds,
             "timeout_seconds": timeout_seconds,
             "idempotency_key": idempotency_key,
+            "concurrency_key": concurrency_key,
         }
         body.update({k: v for k, v in optional.items() if v is not None})
         job: dict[str, Any] = await self._call("POST", "/v1/jobs", json=body)
@@ -175,6 +180,42 @@ class Client:
         """Moves a dead, cancelled or succeeded job back to pending; answers it."""
         job: dict[str, Any] = await self._call("POST", f"/v1/jobs/{int(job_id)}/retry")
         return job
+
+    # -- concurrency and rate limits (admin) ------------------------------------------------
+
+    async def set_limit(
+        self,
+        scope: str,
+        pattern: str,
+        *,
+        max_running: int | None = None,
+        rate: tuple[int, float] | None = None,
+    ) -> dict[str, Any]:
+        """Creates or replaces the limit of ``(scope, pattern)``; answers it.
+
+        ``scope`` is ``"key"`` (jobs' ``concurrency_key``) or ``"queue"``; ``pattern`` a name or
+        a glob (``customer:*``), each match limited on its own. ``max_running``: at most that
+        many of its jobs at once; ``rate=(limit, per_seconds)``: at most ``limit`` claims per
+        ``per_seconds``. Give one or both.
+        """
+        body: dict[str, Any] = {"scope": scope, "pattern": pattern}
+        if max_running is not None:
+            body["max_running"] = max_running
+        if rate is not None:
+            body["rate"] = {"limit": rate[0], "per_seconds": rate[1]}
+        limit: dict[str, Any] = await self._call("PUT", "/v1/limits", json=body)
+        return limit
+
+    async def limits(self) -> list[dict[str, Any]]:
+        """Every limit, with the jobs running under each now."""
+        answer = await self._call("GET", "/v1/limits")
+        listed: list[dict[str, Any]] = answer["limits"]
+        return listed
+
+    async def delete_limit(self, limit_id: int) -> dict[str, Any]:
+        """Deletes a limit (404 raises :class:`JobqError`); answers it as it was."""
+        limit: dict[str, Any] = await self._call("DELETE", f"/v1/limits/{int(limit_id)}")
+        return limit
 
     # -- worker protocol -------------------------------------------------------------------
 

@@ -165,6 +165,12 @@ class EnqueueRequest(StrictModel):
         description="Maximum run time of one attempt: no lease reaches past it, and a heartbeat, "
         "complete, fail or release after it answers timed_out; the attempt counts as failed.",
     )
+    concurrency_key: ConcurrencyKey | None = Field(
+        default=None,
+        description="Groups jobs for the limits of POST /v1/limits (e.g. customer:42): a claim "
+        "never runs more of a key's jobs at once than its max_running, nor claims them faster "
+        "than its rate. Without a matching limit the key only labels the job.",
+    )
 
     @model_validator(mode="after")
     def _one_schedule(self) -> EnqueueRequest:
@@ -192,6 +198,7 @@ def new_job(request: EnqueueRequest) -> NewJob:
         max_attempts=request.max_attempts,
         lease_seconds=request.lease_seconds,
         timeout_seconds=request.timeout_seconds,
+        concurrency_key=request.concurrency_key,
         idempotency_key=request.idempotency_key,
         fingerprint=request_fingerprint(request) if request.idempotency_key else None,
     )
@@ -218,6 +225,7 @@ class Job(BaseModel):
     lease_seconds: int
     timeout_seconds: int | None
     idempotency_key: str | None
+    concurrency_key: str | None
     lease_id: uuid.UUID | None
     worker_id: str | None
     lease_expires_at: datetime | None

@@ -45,6 +45,7 @@ class PruneCounts:
 
     jobs: int
     throughput_rows: int
+    flow_rows: int = 0
 
 
 class Pruner(BatchLoop[PrunerConfig]):
@@ -65,9 +66,10 @@ class Pruner(BatchLoop[PrunerConfig]):
         minutes = await self.service.prune_throughput(
             keep_seconds=self.config.throughput_seconds, batch_size=self.config.batch_size, now=now
         )
-        return PruneCounts(jobs=pruned, throughput_rows=minutes)
+        flow_rows = await self.service.prune_flow_state(batch_size=self.config.batch_size, now=now)
+        return PruneCounts(jobs=pruned, throughput_rows=minutes, flow_rows=flow_rows)
 
     async def run_batch(self) -> int:
         """One batch; answers the larger of the two counts (a full batch means: run again)."""
         counts = await self.run_once()
-        return max(counts.jobs, counts.throughput_rows)
+        return max(counts.jobs, counts.throughput_rows, counts.flow_rows)

@@ -228,6 +228,8 @@ class Operations(ServiceCore):
         status = outcome.job["status"]
         if outcome.changed:
             self._emit([JobEvent("cancelled", job_id, outcome.job["queue"], status=status)])
+            if outcome.job["status_before"] == JobStatus.RUNNING and outcome.job.get("flow_keys"):
+                self.announce(outcome.job["queue"], 1)  # its running slots are free again
         if outcome.changed or status == JobStatus.CANCELLED:
             return outcome.job
         raise InvalidTransition(

@@ -38,6 +38,7 @@ from app.queue.queries import statement
 from app.queue.states import BulkAction, JobStatus
 from app.queue.types import (
     BackoffPolicy,
+    ClaimOutcome,
     ClaimSlot,
     JobRow,
     JobSearch,
@@ -126,11 +127,14 @@ class Repository:
         *,
         queues: Sequence[str],
         slots: Sequence[ClaimSlot],
-    ) -> list[JobRow | None]:
-        """Leases up to one due job per slot (its worker, key and lease length), best job to slot 1.
+        window: int = 1,
+    ) -> ClaimOutcome:
+        """Leases up to one due job per slot (its worker, key and lease length), best job to slot 1,
+        within the concurrency and rate limits; ``window``: how many candidates per slot to read.
 
         Answers one entry per slot, in order: the row leased in it, or ``None`` when fewer jobs
-        were due than slots asked.
+        were due (or within their limits) than slots asked; and what the statement reported of
+        the limits.
         """
         rows = await _fetch(
             conn,
@@ -146,8 +150,22 @@ class Repository:
         )
         by_slot: list[JobRow | None] = [None] * len(slots)
         for row in rows:
-            by_slot[row["slot"] - 1] = row
-        return by_slot
+            if row["slot"] is not None:
+                by_slot[row["slot"] - 1] = row
+        if not rows:  # the statement of a release before limits reports nothing
+            return ClaimOutcome(by_slot=by_slot)
+        report = rows[0]
+        return ClaimOutcome(
+            by_slot=by_slot,
+            flow_missing=tuple(report.get("flow_missing") or ()),
+            flow_skipped=int(report.get("flow_skipped") or 0),
+            flow_refill_seconds=report.get("flow_refill_seconds"),
+            flow_active=bool(report.get("flow_active")),
+        )
+
+    async def flow_state_create(self, conn: Driver, *, keys: Sequence[str]) -> None:
+        """Creates the flow_state rows a claim found missing (idle: nothing running, full buckets)."""
+        await _fetch(conn, "flow_state_create", {"keys": list(keys)})
 
     async def _taken(
         self,
@@ -167,6 +185,7 @@ class Repository:
                 run_at=row.get("run_at"),
                 queue=row.get("queue"),
                 ran_seconds=row.get("ran_seconds"),
+                freed_flow=bool(row.get("freed_flow")),
             )
             for row in await _fetch(conn, name, params)
         }
@@ -355,6 +374,58 @@ class Repository:
             {"queue_patterns": list(queue_patterns) if queue_patterns is not None else None},
         )
         return list(result.mappings().all())
+
+    # -- concurrency and rate limits (sql/limits.sql) ----------------------------------------
+
+    async def flow_limit_list(self, conn: AsyncConnection) -> list[JobRow]:
+        """Every limit, with how many jobs run under it now."""
+        result = await conn.execute(statement("flow_limit_list").clause)
+        return list(result.mappings().all())
+
+    async def flow_limit_set(
+        self,
+        conn: AsyncConnection,
+        *,
+        scope: str,
+        pattern: str,
+        like_pattern: str,
+        max_running: int | None,
+        rate_limit: int | None,
+        rate_per_seconds: float | None,
+    ) -> JobRow:
+        """Creates or replaces the limit of (scope, pattern); the row carries ``created``."""
+        result = await conn.execute(
+            statement("flow_limit_set").clause,
+            {
+                "scope": scope,
+                "pattern": pattern,
+                "like_pattern": like_pattern,
+                "max_running": max_running,
+                "rate_limit": rate_limit,
+                "rate_per_seconds": rate_per_seconds,
+            },
+        )
+        return result.mappings().one()
+
+    async def flow_limit_delete(self, conn: AsyncConnection, *, limit_id: int) -> JobRow | None:
+        """Deletes one limit; the deleted row, or ``None`` if unknown."""
+        result = await conn.execute(statement("flow_limit_delete").clause, {"id": limit_id})
+        return result.mappings().one_or_none()
+
+    async def flow_state_prune(
+        self,
+        conn: AsyncConnection,
+        *,
+        batch_size: int,
+        idle_seconds: float,
+        now: datetime | None = None,
+    ) -> int:
+        """Deletes at most ``batch_size`` idle flow_state rows; answers how many."""
+        result = await conn.execute(
+            statement("flow_state_prune").clause,
+            {"batch_size": batch_size, "idle_seconds": idle_seconds, "now": now},
+        )
+        return len(result.all())
 
     # -- maintenance -------------------------------------------------------------------------
 

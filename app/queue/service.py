@@ -77,6 +77,10 @@ class JobService(Operations):
         self._leases: dict[LeaseTransition, Coalescer[LeaseItem, LeaseOutcome]] = {}
         self._claims: dict[tuple[str, ...], Coalescer[ClaimSlot, JobRow | None]] = {}
         self._enqueues: Coalescer[dict[str, Any], tuple[JobRow, bool] | Exception] | None = None
+        # What the last claim said of the limits (app/queue/sql/jobs.sql, job_claim): whether
+        # any exist, and per set of queues when an empty token bucket refills.
+        self._flow_active = False
+        self._refill_at: dict[tuple[str, ...], float] = {}
         if coalescing is not None:
             for transition in LeaseTransition:
                 self._leases[transition] = self._coalescer(
@@ -107,6 +111,7 @@ class JobService(Operations):
             "run_at": job.run_at.isoformat() if job.run_at is not None else None,
             "delay_seconds": job.delay_seconds,
             "idempotency_key": job.idempotency_key,
+            "concurrency_key": job.concurrency_key,
             "idempotency_hash": job.fingerprint if job.idempotency_key is not None else None,
         }
 
@@ -244,13 +249,51 @@ class JobService(Operations):
     async def _claim_slots(
         self, queues: tuple[str, ...], slots: Sequence[ClaimSlot]
     ) -> Sequence[JobRow | None]:
-        """One claim statement for the slots of one or many claim requests on these queues."""
+        """One claim statement for the slots of one or many claim requests on these queues.
 
-        async def work(conn: Driver) -> list[JobRow | None]:
-            return await self.repo.job_claim(conn, queues=queues, slots=slots)
+        When the statement met limited keys or queues that have no flow_state row yet, the rows
+        are created (a statement of their own, which locks nothing else); when it skipped keys
+        whose rows other transactions held, or created rows, the slots left empty are claimed
+        again, up to FLOW_TRIES statements in all.
+        """
+        by_slot: list[JobRow | None] = [None] * len(slots)
+        empty = list(range(len(slots)))
+        for _ in range(FLOW_TRIES):
+            window = FLOW_WINDOW if self._flow_active else 1
+            asked = [slots[i] for i in empty]
 
-        self.statements["claim"] += 1
-        return await self._run_hot(work)
+            async def work(
+                conn: Driver, asked: list[ClaimSlot] = asked, window: int = window
+            ) -> ClaimOutcome:
+                return await self.repo.job_claim(conn, queues=queues, slots=asked, window=window)
+
+            self.statements["claim"] += 1
+            outcome = await self._run_hot(work)
+            self._flow_noted(queues, outcome)
+            for i, row in zip(empty, outcome.by_slot, strict=True):
+                by_slot[i] = row
+            empty = [i for i in empty if by_slot[i] is None]
+            if outcome.flow_missing:
+                missing = outcome.flow_missing
+
+                async def create(conn: Driver, missing: tuple[str, ...] = missing) -> None:
+                    await self.repo.flow_state_create(conn, keys=missing)
+
+                await self._run_hot(create)
+            elif not outcome.flow_skipped:
+                break
+            if not empty:
+                break
+        return by_slot
+
+    def _flow_noted(self, queues: tuple[str, ...], outcome: ClaimOutcome) -> None:
+        """Keeps what a claim said of the limits: whether any exist, when a token comes back."""
+        self._flow_active = outcome.flow_active
+        refill = outcome.flow_refill_seconds
+        if refill is not None and refill > 0:
+            self._refill_at[queues] = asyncio.get_running_loop().time() + refill
+        else:
+            self._refill_at.pop(queues, None)
 
     async def _claim_once(
         self,
@@ -353,7 +396,11 @@ class JobService(Operations):
                 if remaining <= 0 or self.hub.closed:
                     return []
                 # Woken by an announcement, by the instance's once-a-second backstop check
-                # (app/wakeup/backstop.py), by the client leaving, or by the deadline.
+                # (app/wakeup/backstop.py), by the client leaving, by the deadline, or when a
+                # rate limit's empty bucket gets a token back.
+                refill_at = self._refill_at.get(tuple(sorted(set(queues))))
+                if refill_at is not None:
+                    remaining = min(remaining, max(refill_at - loop.time(), 0.0) + REFILL_SLACK)
                 await _wait_either(waiter.event, stop, seconds=remaining)
                 if self.hub.closed:
                     return []
@@ -442,7 +489,12 @@ class JobService(Operations):
 
         self.statements[f"lease_{transition.value}"] += 1
         outcomes, changed = await self._run_hot(work)
-        self._announce_counts(o.queue for o in outcomes if o.claimable_now and o.queue)
+        # A job made claimable, or a running slot given back: a waiting claim may now take one.
+        self._announce_counts(
+            o.queue
+            for i, o in enumerate(outcomes)
+            if o.queue and (o.claimable_now or (o.freed_flow and i in changed))
+        )
         if transition is not LeaseTransition.HEARTBEAT:
             # Only what this statement changed: a replay's verdict changed nothing.
             self._emit(
@@ -471,6 +523,7 @@ class JobService(Operations):
 
         reaped = await self._run(work)
         self._emit([JobEvent("reaped", r["id"], r["queue"], status=r["status"]) for r in reaped])
+        self._announce_counts(r["queue"] for r in reaped if r.get("freed_flow"))
         return reaped
 
     async def promote(self, *, batch_size: int, now: datetime | None = None) -> int:

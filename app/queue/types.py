@@ -55,6 +55,21 @@ class ClaimSlot:
 
 
 @dataclass(frozen=True)
+class ClaimOutcome:
+    """What one claim statement took, per slot, and what it says of the limits it met."""
+
+    by_slot: list[JobRow | None]
+    # Limited flow_state rows the statement needed but found missing: create them, claim again.
+    flow_missing: tuple[str, ...] = ()
+    # How many keys' flow_state rows other transactions held (their jobs were skipped).
+    flow_skipped: int = 0
+    # Seconds until the first empty token bucket it saw refills one token (None: none empty).
+    flow_refill_seconds: float | None = None
+    # Whether any limit exists: claims read a wider window of candidates while one does.
+    flow_active: bool = False
+
+
+@dataclass(frozen=True)
 class NewJob:
     """One job to enqueue, with defaults already applied by the caller's policy (or left ``None``).
 
@@ -73,6 +88,7 @@ class NewJob:
     timeout_seconds: int | None = None
     idempotency_key: str | None = None
     fingerprint: str | None = None
+    concurrency_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +104,8 @@ class LeaseOutcome:
     queue: str | None = None
     # Seconds from the claim to this call's end of the attempt (complete, fail), by PostgreSQL.
     ran_seconds: float | None = None
+    # Whether the job gave back running slots of a concurrency limit (other jobs may now run).
+    freed_flow: bool = False
 
     @property
     def ok(self) -> bool:

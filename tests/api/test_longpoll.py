@@ -293,10 +293,10 @@ async def test_jobs_claimed_as_the_client_leaves_are_given_back(
         real_claim = service.repo.job_claim
 
         async def claim_then_client_leaves(*args: Any, **kwargs: Any) -> Any:
-            rows = await real_claim(*args, **kwargs)
-            if any(rows):  # one entry per slot, None where no job was due
+            outcome = await real_claim(*args, **kwargs)
+            if any(outcome.by_slot):  # one entry per slot, None where no job was due
                 gone.set()  # the disconnect lands while the claim statement ran
-            return rows
+            return outcome
 
         service.repo.job_claim = claim_then_client_leaves
         waiting = asyncio.create_task(

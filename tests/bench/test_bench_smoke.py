@@ -27,6 +27,8 @@ ROW_KEYS = {
     "drain_1_max50",
     "drain_4_max50",
     "drain_16_max50",
+    "drain_16_max1_keys",
+    "drain_16_max50_keys",
 }
 TIMEOUT_SECONDS = 180  # it takes about a minute; a hang fails here instead of stalling the suite
 

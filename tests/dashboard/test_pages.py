@@ -361,3 +361,15 @@ async def test_the_audit_page_lists_actions_newest_first_and_filters(
     assert (await admin.get("/dashboard/audit?action=DROP+TABLE")).status_code == 400
     nobody = (await admin.get("/dashboard/audit?actor=nobody")).text
     assert "Nothing recorded" in nobody
+
+
+async def test_a_job_page_shows_its_concurrency_key_escaped(
+    app: FastAPI, keys: Keys, admin: httpx.AsyncClient
+) -> None:
+    async with api(app, keys.admin) as client:
+        r = await client.post(
+            "/v1/jobs", json={"type": "t", "concurrency_key": "customer:<b>42</b>"}
+        )
+        assert r.status_code == 201, r.text
+    html = (await admin.get(f"/dashboard/jobs/{r.json()['id']}")).text
+    assert "<code>customer:&lt;b&gt;42&lt;/b&gt;</code>" in html

@@ -30,6 +30,7 @@ def _row(**overrides: Any) -> dict[str, Any]:
         "lease_seconds": 30,
         "timeout_seconds": None,
         "idempotency_key": "k",
+        "concurrency_key": "customer:42",
         "lease_id": uuid.UUID("9f1c0000-0000-4000-8000-000000000001"),
         "worker_id": "host-a:1",
         "lease_expires_at": NOW + timedelta(seconds=30),

@@ -19,7 +19,8 @@ WITH items AS MATERIALIZED (
 ),
 inserted AS (
     INSERT INTO jobs (id, queue, type, payload, priority, status, max_attempts, lease_seconds,
-                      timeout_seconds, run_at, idempotency_key, idempotency_hash)
+                      timeout_seconds, run_at, idempotency_key, idempotency_hash,
+                      concurrency_key)
     OVERRIDING SYSTEM VALUE
     SELECT new_id,
            item->>'queue',
@@ -32,7 +33,8 @@ inserted AS (
            (item->>'timeout_seconds')::int,
            run_at,
            item->>'idempotency_key',
-           item->>'idempotency_hash'
+           item->>'idempotency_hash',
+           item->>'concurrency_key'
     FROM items
     ORDER BY ord
     ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
@@ -53,17 +55,41 @@ JOIN jobs j ON j.queue = k.queue AND j.idempotency_key = k.idempotency_key;
 SELECT * FROM jobs WHERE id = :id;
 
 -- name: job_claim
--- Leases up to :max_jobs due jobs from the given unpaused queues, best priority first, locking only the rows it takes; slot k goes to worker_ids[k] of key_ids[k] with lease_seconds[k].
+-- Leases up to :max_jobs due jobs from the given unpaused queues, best priority first, within their concurrency and rate limits, locking only the rows it takes; slot k goes to worker_ids[k] of key_ids[k] with lease_seconds[k].
 -- Each queue is walked in ix_jobs_claimable order (no sort of the backlog). With several queues,
 -- an unlocked look at each queue's head first decides how many jobs each gives (its share of the
 -- best :max_jobs); the locking walk then takes that many per queue, skipping rows others hold.
 -- The jobs taken are numbered in claim order: slot k is leased to worker_ids[k] (of the API
 -- key key_ids[k], NULL without keys) for lease_seconds[k] (NULL: the job's own), so several
 -- concurrent claims share one statement.
-WITH queue_names AS MATERIALIZED (
+--
+-- Limits (flow_limits) are enforced here, in the same statement: each candidate's limited rows
+-- in flow_state (its key's, its queue's) are locked FOR UPDATE in key order, which yields their
+-- newest committed version (a key's row held by another transaction is skipped, SKIP LOCKED,
+-- and its jobs with it); a job is taken only while every one of its rows has a running slot
+-- and a whole token left, counting the better candidates first; the rows are written back with
+-- what was taken. A job over a limit is skipped, not failed, and the walk reads :window times
+-- its share so that the next eligible jobs can stand in. Keys and queues whose row already says
+-- "full" are skipped before anything is locked (a hint from the snapshot; the lock decides).
+-- The last row may carry no job (slot NULL): it reports flow_missing, limited rows that do not
+-- exist yet (the caller creates them and claims again), flow_skipped, how many keys' rows were
+-- held by others (the caller claims again if it got nothing), flow_refill_seconds, when the first
+-- empty bucket gets a token back, and flow_active, whether any limit exists.
+WITH blocked AS MATERIALIZED (
+    SELECT f.key,
+           CASE WHEN f.rate_limit IS NOT NULL THEN
+               (1 - f.tokens) * f.rate_per_seconds / f.rate_limit
+               - EXTRACT(EPOCH FROM now() - f.refilled_at)::float8 END AS refill_seconds
+    FROM flow_state f
+    WHERE f.running >= f.max_running
+       OR f.tokens + EXTRACT(EPOCH FROM now() - f.refilled_at)::float8
+              * f.rate_limit / f.rate_per_seconds < 1
+),
+queue_names AS MATERIALIZED (
     SELECT DISTINCT q.name
     FROM unnest(CAST(:queues AS text[])) AS q(name)
     WHERE NOT EXISTS (SELECT 1 FROM queues p WHERE p.name = q.name AND p.paused)
+      AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.key = 'queue:' || q.name)
 ),
 shares AS (
     SELECT name AS queue, CAST(:max_jobs AS int) AS take
@@ -91,45 +117,191 @@ shares AS (
     GROUP BY best.queue
 ),
 picked AS MATERIALIZED (
-    SELECT l.id, l.priority, l.run_at
+    SELECT l.id, l.priority, l.run_at, l.queue, l.concurrency_key
     FROM shares s
     CROSS JOIN LATERAL (
-        SELECT j.id, j.priority, j.run_at
+        SELECT j.id, j.priority, j.run_at, j.queue, j.concurrency_key
         FROM jobs j
         WHERE j.queue = s.queue AND j.status = 'pending' AND j.run_at <= now()
+          AND (j.concurrency_key IS NULL
+               OR j.concurrency_key <> ALL (ARRAY(
+                   SELECT substr(b.key, 5) FROM blocked b WHERE b.key LIKE 'key:%')))
         ORDER BY j.priority DESC, j.run_at, j.id
-        LIMIT s.take
+        LIMIT s.take * CAST(:window AS int)
         FOR UPDATE SKIP LOCKED
     ) l
     -- The shares add up to at most :max_jobs; saying so lets the planner join by index.
+    LIMIT CAST(:max_jobs AS int) * CAST(:window AS int)
+),
+needs AS MATERIALIZED (
+    -- Each candidate's limited rows: its key's and its queue's, by the longest matching pattern.
+    SELECT p.id, m.key, m.max_running, m.rate_limit, m.rate_per_seconds
+    FROM picked p
+    CROSS JOIN LATERAL (
+        (SELECT 'key:' || p.concurrency_key AS key, l.max_running, l.rate_limit,
+                l.rate_per_seconds
+         FROM flow_limits l
+         WHERE l.scope = 'key' AND p.concurrency_key LIKE l.like_pattern
+         ORDER BY length(l.pattern) DESC, l.id
+         LIMIT 1)
+        UNION ALL
+        (SELECT 'queue:' || p.queue, l.max_running, l.rate_limit, l.rate_per_seconds
+         FROM flow_limits l
+         WHERE l.scope = 'queue' AND p.queue LIKE l.like_pattern
+         ORDER BY length(l.pattern) DESC, l.id
+         LIMIT 1)
+    ) m
+),
+queue_rows AS MATERIALIZED (
+    -- A queue's row is every claim's on that queue: wait for it (in key order) rather than skip.
+    SELECT f.key, f.running, f.tokens, f.refilled_at
+    FROM flow_state f
+    WHERE f.key IN (SELECT key FROM needs WHERE key LIKE 'queue:%')
+    ORDER BY f.key
+    FOR UPDATE
+),
+key_rows AS MATERIALIZED (
+    -- Keys are many: a key another claim or release holds right now is skipped, not waited for,
+    -- so claims on different keys never queue behind each other (the caller claims again when
+    -- skipping left it empty-handed).
+    SELECT f.key, f.running, f.tokens, f.refilled_at
+    FROM flow_state f
+    WHERE f.key IN (SELECT key FROM needs WHERE key LIKE 'key:%')
+    ORDER BY f.key
+    FOR UPDATE SKIP LOCKED
+),
+locked AS (
+    SELECT * FROM queue_rows
+    UNION ALL
+    SELECT * FROM key_rows
+),
+room AS MATERIALIZED (
+    -- What each locked row can give now: running slots left, tokens after the refill (the bucket
+    -- holds at most rate_limit; a row new to its rate starts full).
+    SELECT f.key, lim.max_running, lim.rate_limit, lim.rate_per_seconds,
+           lim.max_running - f.running AS slots,
+           LEAST(lim.rate_limit::float8,
+                 COALESCE(f.tokens, lim.rate_limit::float8)
+                 + EXTRACT(EPOCH FROM now() - f.refilled_at)::float8
+                   * lim.rate_limit / lim.rate_per_seconds) AS tokens
+    FROM locked f
+    JOIN (SELECT DISTINCT key, max_running, rate_limit, rate_per_seconds FROM needs) lim
+      ON lim.key = f.key
+),
+eligible AS (
+    SELECT p.id, p.priority, p.run_at
+    FROM picked p
+    WHERE NOT EXISTS (
+        SELECT 1 FROM needs n LEFT JOIN room r ON r.key = n.key
+        WHERE n.id = p.id AND (r.key IS NULL OR r.slots < 1 OR r.tokens < 1))
+),
+key_ranked AS (
+    SELECT n.id, n.key,
+           row_number() OVER (PARTITION BY n.key ORDER BY e.priority DESC, e.run_at, e.id) AS rn
+    FROM needs n JOIN eligible e ON e.id = n.id
+    WHERE n.key LIKE 'key:%'
+),
+key_ok AS (
+    -- The k-th best candidate of a key needs k slots and k whole tokens there. Counting every
+    -- eligible candidate can leave a slot unused (when a better one is refused by its queue),
+    -- never overfill one.
+    SELECT e.id, e.priority, e.run_at
+    FROM eligible e
+    WHERE NOT EXISTS (
+        SELECT 1 FROM key_ranked k JOIN room r ON r.key = k.key
+        WHERE k.id = e.id AND (k.rn > r.slots OR k.rn > floor(r.tokens)))
+),
+queue_ranked AS (
+    -- Then each queue's limit, among the jobs their keys allow.
+    SELECT n.id, n.key,
+           row_number() OVER (PARTITION BY n.key ORDER BY e.priority DESC, e.run_at, e.id) AS rn
+    FROM needs n JOIN key_ok e ON e.id = n.id
+    WHERE n.key LIKE 'queue:%'
+),
+granted AS MATERIALIZED (
+    SELECT e.id, e.priority, e.run_at
+    FROM key_ok e
+    WHERE NOT EXISTS (
+        SELECT 1 FROM queue_ranked k JOIN room r ON r.key = k.key
+        WHERE k.id = e.id AND (k.rn > r.slots OR k.rn > floor(r.tokens)))
+    ORDER BY e.priority DESC, e.run_at, e.id
     LIMIT :max_jobs
 ),
+flow_taken AS (
+    UPDATE flow_state f
+    -- running is counted by the trigger on jobs (migration 0011) from the claimed rows' flow_keys,
+    -- at the end of this statement, while it still holds these rows' locks.
+    SET tokens = CASE WHEN r.rate_limit IS NULL THEN NULL ELSE r.tokens - t.n END,
+        refilled_at = now(),
+        max_running = r.max_running,
+        rate_limit = r.rate_limit,
+        rate_per_seconds = r.rate_per_seconds,
+        updated_at = now()
+    FROM room r
+    JOIN (SELECT n.key, count(*)::int AS n
+          FROM needs n JOIN granted g ON g.id = n.id
+          GROUP BY n.key) t ON t.key = r.key
+    WHERE f.key = r.key
+),
 slotted AS (
-    SELECT p.id,
-           p.slot,
-           (CAST(:worker_ids AS text[]))[p.slot] AS worker_id,
-           (CAST(:key_ids AS bigint[]))[p.slot] AS key_id,
-           (CAST(:lease_seconds AS int[]))[p.slot] AS lease_seconds
+    SELECT g.id,
+           g.slot,
+           (CAST(:worker_ids AS text[]))[g.slot] AS worker_id,
+           (CAST(:key_ids AS bigint[]))[g.slot] AS key_id,
+           (CAST(:lease_seconds AS int[]))[g.slot] AS lease_seconds,
+           (SELECT array_agg(n.key ORDER BY n.key) FROM needs n
+            WHERE n.id = g.id AND n.max_running IS NOT NULL) AS flow_keys
     FROM (SELECT id, row_number() OVER (ORDER BY priority DESC, run_at, id) AS slot
-          FROM picked) p
+          FROM granted) g
+),
+claimed AS (
+    UPDATE jobs j
+    SET status = 'running',
+        attempts = j.attempts + 1,
+        lease_id = gen_random_uuid(),
+        worker_id = s.worker_id,
+        lease_key_id = s.key_id,
+        lease_instance = CAST(:instance AS text),
+        lease_ended_by = NULL,
+        lease_granted_seconds = COALESCE(s.lease_seconds, j.lease_seconds),
+        lease_expires_at = now() + make_interval(secs => LEAST(
+            COALESCE(s.lease_seconds, j.lease_seconds),
+            COALESCE(j.timeout_seconds, 2147483647))),
+        flow_keys = s.flow_keys,
+        started_at = now(),
+        updated_at = now()
+    FROM slotted s
+    WHERE j.id = s.id
+    RETURNING s.slot, j.*
+),
+report AS (
+    SELECT (SELECT array_agg(DISTINCT n.key) FROM needs n
+            WHERE NOT EXISTS (SELECT 1 FROM locked f WHERE f.key = n.key)
+              AND NOT EXISTS (SELECT 1 FROM flow_state f WHERE f.key = n.key)) AS flow_missing,
+           (SELECT count(DISTINCT n.key) FROM needs n
+            WHERE NOT EXISTS (SELECT 1 FROM locked f WHERE f.key = n.key)
+              AND EXISTS (SELECT 1 FROM flow_state f WHERE f.key = n.key))::int AS flow_skipped,
+           (SELECT min(s) FROM (
+                -- Empty buckets this claim met: its queues', those of keys with pending jobs in
+                -- its queues (skipped by the walk), and those it locked.
+                SELECT b.refill_seconds AS s FROM blocked b
+                WHERE b.refill_seconds > 0
+                  AND (b.key IN (SELECT 'queue:' || q FROM unnest(CAST(:queues AS text[])) AS q)
+                       -- A probe of ix_jobs_pending_concurrency_key per empty key (LIMIT 1
+                       -- keeps the planner from hashing every pending job instead).
+                       OR (b.key LIKE 'key:%' AND (
+                               SELECT 1 FROM jobs j
+                               WHERE j.concurrency_key = substr(b.key, 5)
+                                 AND j.queue = ANY (CAST(:queues AS text[]))
+                                 AND j.status = 'pending'
+                               LIMIT 1) IS NOT NULL))
+                UNION ALL
+                SELECT (1 - r.tokens) * r.rate_per_seconds / r.rate_limit FROM room r
+                WHERE r.tokens < 1) w) AS flow_refill_seconds,
+           EXISTS (SELECT 1 FROM flow_limits) AS flow_active
 )
-UPDATE jobs j
-SET status = 'running',
-    attempts = j.attempts + 1,
-    lease_id = gen_random_uuid(),
-    worker_id = s.worker_id,
-    lease_key_id = s.key_id,
-    lease_instance = CAST(:instance AS text),
-    lease_ended_by = NULL,
-    lease_granted_seconds = COALESCE(s.lease_seconds, j.lease_seconds),
-    lease_expires_at = now() + make_interval(secs => LEAST(
-        COALESCE(s.lease_seconds, j.lease_seconds),
-        COALESCE(j.timeout_seconds, 2147483647))),
-    started_at = now(),
-    updated_at = now()
-FROM slotted s
-WHERE j.id = s.id
-RETURNING s.slot, j.*;
+SELECT c.*, r.flow_missing, r.flow_skipped, r.flow_refill_seconds, r.flow_active
+FROM report r LEFT JOIN claimed c ON true;
 
 -- name: job_heartbeat
 -- Extends the leases the worker still holds, saving checkpoint and progress in the same ownership-checked update; answers only the items it took.
@@ -189,7 +361,8 @@ WHERE j.id = i.job_id AND j.lease_id = i.lease_id
   AND (j.timeout_seconds IS NULL
        OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
 RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue,
-          EXTRACT(EPOCH FROM now() - j.started_at)::float8 AS ran_seconds;
+          EXTRACT(EPOCH FROM now() - j.started_at)::float8 AS ran_seconds,
+          j.flow_keys IS NOT NULL AS freed_flow;
 
 -- name: job_fail
 -- Records a failed attempt of held jobs: scheduled after a backoff (pending when retry_after_seconds is 0), or dead when not retryable or out of attempts.
@@ -236,7 +409,8 @@ WHERE j.id = i.job_id AND j.lease_id = i.lease_id
        OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
 -- ran_seconds from now(), not finished_at: a retried attempt has no finished_at.
 RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue,
-          EXTRACT(EPOCH FROM now() - j.started_at)::float8 AS ran_seconds;
+          EXTRACT(EPOCH FROM now() - j.started_at)::float8 AS ran_seconds,
+          j.flow_keys IS NOT NULL AS freed_flow;
 
 -- name: job_release
 -- Returns held jobs to pending (scheduled after a delay) without charging the attempt, keeping or replacing the checkpoint.
@@ -267,7 +441,8 @@ WHERE j.id = i.job_id AND j.lease_id = i.lease_id
   -- A worker cannot dodge its timeout by releasing: the overrun attempt counts as failed.
   AND (j.timeout_seconds IS NULL
        OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
-RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue;
+RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue,
+          j.flow_keys IS NOT NULL AS freed_flow;
 
 -- name: job_lease_verdict
 -- For lease items a transition did not take, read after it: a replay of that same transition (answered with the job's state now), or lost; and whether this lease was cancelled or timed out.
@@ -390,7 +565,7 @@ SET status = CASE WHEN j.attempts < j.max_attempts THEN 'scheduled' ELSE 'dead' 
     updated_at = now()
 FROM reasons r, clock c
 WHERE j.id = r.id AND j.status = 'running' AND j.lease_expires_at < c.now
-RETURNING j.id, j.queue, j.status;
+RETURNING j.id, j.queue, j.status, j.flow_keys IS NOT NULL AS freed_flow;
 
 -- name: job_promote
 -- Moves at most :batch_size scheduled jobs whose run_at has come to pending, oldest first; answers their queues.
@@ -567,3 +742,9 @@ INSERT INTO audit_log (actor, actor_key_id, action, outcome, queue, job_id, stat
 VALUES (CAST(:actor AS text), CAST(:actor_key_id AS bigint), CAST(:action AS text),
         CAST(:outcome AS text), CAST(:queue AS text), CAST(:job_id AS bigint),
         CAST(:state_before AS text), CAST(:state_after AS text), CAST(:detail AS jsonb));
+
+-- name: flow_state_create
+-- Creates the flow_state rows a claim found missing, in key order, as idle rows (nothing running, a full bucket); rows that exist by now are left alone.
+INSERT INTO flow_state (key)
+SELECT k FROM unnest(CAST(:keys AS text[])) AS k ORDER BY k
+ON CONFLICT (key) DO NOTHING;

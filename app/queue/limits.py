@@ -1,0 +1,133 @@
+"""Concurrency and rate limits as operators manage them; mixed into ``JobService``.
+
+The limits are enforced by the claim statement itself (``job_claim`` in sql/jobs.sql), so they
+hold across every instance. A limit covers a key pattern (``customer:*``: each matching
+``concurrency_key`` on its own) or a queue pattern (each matching queue on its own); of several
+matching patterns of one scope, the longest applies. A job may meet one key limit and one queue
+limit, and runs only within both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.errors import NotFound
+from app.queue.types import JobRow
+from app.queue.unit import ServiceCore, valid_id
+
+SCOPES = ("key", "queue")
+# A flow_state row with nothing running, untouched this long (and past its bucket's refill
+# time), is deleted by the pruner; the next claim that needs it creates it again.
+FLOW_IDLE_SECONDS = 300.0
+
+
+def like_pattern(glob: str) -> str:
+    """A limit's pattern as SQL LIKE: ``*`` matches any run of characters, all else itself."""
+    return glob.replace("\\", "\\\\").replace("_", "\\_").replace("%", "\\%").replace("*", "%")
+
+
+class FlowLimits(ServiceCore):
+    """Lists, sets and deletes limits, auditing each change."""
+
+    async def limits(self) -> list[JobRow]:
+        """Every limit, by scope and pattern, with the jobs running under it now."""
+
+        async def work(conn: AsyncConnection) -> list[JobRow]:
+            return await self.repo.flow_limit_list(conn)
+
+        return await self._run(work)
+
+    async def set_limit(
+        self,
+        *,
+        scope: str,
+        pattern: str,
+        max_running: int | None,
+        rate_limit: int | None,
+        rate_per_seconds: float | None,
+        actor: str,
+        actor_key_id: int | None,
+    ) -> JobRow:
+        """Creates or replaces the limit of (scope, pattern); the row carries ``created``."""
+
+        async def work(conn: AsyncConnection) -> JobRow:
+            row = await self.repo.flow_limit_set(
+                conn,
+                scope=scope,
+                pattern=pattern,
+                like_pattern=like_pattern(pattern),
+                max_running=max_running,
+                rate_limit=rate_limit,
+                rate_per_seconds=rate_per_seconds,
+            )
+            await self.repo.audit_insert(
+                conn,
+                actor=actor,
+                actor_key_id=actor_key_id,
+                action="limit.set",
+                outcome="changed",
+                detail=_detail(row),
+            )
+            return row
+
+        row = await self._run(work, transaction=True)
+        # A raised limit may let parked claims take jobs at once.
+        if scope == "queue" and "*" not in pattern:
+            self.announce(pattern, 1)
+        return row
+
+    async def delete_limit(self, limit_id: int, *, actor: str, actor_key_id: int | None) -> JobRow:
+        """Deletes one limit (``NotFound`` if unknown); jobs it held back may run at once."""
+        if not valid_id(limit_id):
+            raise NotFound(f"limit {limit_id} not found")
+
+        async def work(conn: AsyncConnection) -> JobRow | None:
+            row = await self.repo.flow_limit_delete(conn, limit_id=limit_id)
+            if row is not None:
+                await self.repo.audit_insert(
+                    conn,
+                    actor=actor,
+                    actor_key_id=actor_key_id,
+                    action="limit.delete",
+                    outcome="changed",
+                    detail=_detail(row),
+                )
+            return row
+
+        row = await self._run(work, transaction=True)
+        if row is None:
+            raise NotFound(f"limit {limit_id} not found")
+        if row["scope"] == "queue" and "*" not in row["pattern"]:
+            self.announce(row["pattern"], 1)
+        return row
+
+    async def prune_flow_state(
+        self,
+        *,
+        batch_size: int,
+        idle_seconds: float = FLOW_IDLE_SECONDS,
+        now: datetime | None = None,
+    ) -> int:
+        """Deletes at most ``batch_size`` idle flow_state rows; answers how many."""
+
+        async def work(conn: AsyncConnection) -> int:
+            return await self.repo.flow_state_prune(
+                conn, batch_size=batch_size, idle_seconds=idle_seconds, now=now
+            )
+
+        return await self._run(work)
+
+
+def _detail(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "scope": row["scope"],
+        "pattern": row["pattern"],
+        "max_running": row["max_running"],
+        "rate_limit": row["rate_limit"],
+        "rate_per_seconds": row["rate_per_seconds"],
+    }

@@ -1,0 +1,161 @@
+"""Concurrency limits under concurrent claims and releases on committed rows; flow_state upkeep."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.queue.service import JobService
+from tests.integration.helpers import seed_jobs
+
+KEYS = 4
+MAX_RUNNING = 3
+
+
+async def limit(engine: AsyncEngine, pattern: str, **columns: Any) -> None:
+    like = pattern.replace("*", "%")
+    names = ", ".join(columns)
+    binds = ", ".join(f":{k}" for k in columns)
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                f"INSERT INTO flow_limits (scope, pattern, like_pattern, {names}) "
+                f"VALUES ('key', :pattern, :like, {binds})"
+            ),
+            {"pattern": pattern, "like": like, **columns},
+        )
+
+
+async def running_per_key(engine: AsyncEngine) -> dict[str, int]:
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT concurrency_key, count(*) FROM jobs WHERE status = 'running' "
+                "AND concurrency_key IS NOT NULL GROUP BY 1"
+            )
+        )
+        return {k: int(n) for k, n in rows}
+
+
+async def test_concurrent_claims_and_releases_never_exceed_a_limit(
+    clean_db: AsyncEngine, svc: JobService
+) -> None:
+    await limit(clean_db, "k*", max_running=MAX_RUNNING)
+    for key in range(KEYS):
+        await seed_jobs(clean_db, 100, concurrency_key=f"k{key}")
+    total = 100 * KEYS
+    finished: list[int] = []
+    highest = 0
+    rng = random.Random(7)
+    done = asyncio.Event()
+
+    async def worker(n: int) -> None:
+        while len(finished) < total:
+            # A full key's jobs wait: the claim parks until a release announces a free slot.
+            rows = await svc.claim(
+                worker_id=f"w{n}",
+                queues=["default"],
+                max_jobs=2,
+                lease_seconds=30,
+                wait_seconds=0.5,
+            )
+            if not rows:
+                continue
+            items = [{"job_id": r["id"], "lease_id": str(r["lease_id"])} for r in rows]
+            outcome = rng.choice(("complete", "complete", "fail", "release"))
+            if outcome == "complete":
+                await svc.complete(worker_id=f"w{n}", items=items)
+                finished.extend(r["id"] for r in rows)
+            elif outcome == "fail":
+                failed = [
+                    {**i, "error": "x", "retryable": True, "retry_after_seconds": 0} for i in items
+                ]
+                await svc.fail(worker_id=f"w{n}", items=failed)
+            else:
+                await svc.release(worker_id=f"w{n}", items=items)
+
+    async def sample() -> None:
+        nonlocal highest
+        while not done.is_set():
+            counts = await running_per_key(clean_db)
+            highest = max([highest, *counts.values()])
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(done.wait(), 0.005)
+
+    sampler = asyncio.create_task(sample())
+    try:
+        async with asyncio.timeout(120):
+            await asyncio.gather(*(worker(n) for n in range(12)))
+    finally:
+        done.set()
+        await sampler
+    assert highest <= MAX_RUNNING
+    assert highest == MAX_RUNNING, "the limit was reached, so it was tested"
+    async with clean_db.connect() as conn:
+        held = dict((await conn.execute(text("SELECT key, running FROM flow_state"))).all())
+    assert held == {f"key:k{k}": 0 for k in range(KEYS)}
+
+
+async def test_deleting_or_truncating_running_jobs_gives_their_slots_back(
+    clean_db: AsyncEngine, svc: JobService
+) -> None:
+    await limit(clean_db, "k", max_running=5)
+    await seed_jobs(clean_db, 4, concurrency_key="k")
+    rows = await svc.claim(worker_id="w", queues=["default"], max_jobs=4, lease_seconds=30)
+    assert len(rows) == 4
+    async with clean_db.begin() as conn:
+        assert await conn.scalar(text("SELECT running FROM flow_state WHERE key = 'key:k'")) == 4
+        await conn.execute(text("DELETE FROM jobs WHERE id = :id"), {"id": rows[0]["id"]})
+        assert await conn.scalar(text("SELECT running FROM flow_state WHERE key = 'key:k'")) == 3
+        await conn.execute(text("TRUNCATE jobs"))
+        assert await conn.scalar(text("SELECT count(*) FROM flow_state")) == 0
+
+
+async def test_the_pruner_deletes_idle_flow_rows_only(
+    clean_db: AsyncEngine, svc: JobService
+) -> None:
+    await limit(clean_db, "k*", max_running=5)
+    await seed_jobs(clean_db, 1, concurrency_key="k1")
+    await seed_jobs(clean_db, 1, concurrency_key="k2")
+    rows = await svc.claim(worker_id="w", queues=["default"], max_jobs=2, lease_seconds=30)
+    assert len(rows) == 2
+    done = next(r for r in rows if r["concurrency_key"] == "k1")
+    await svc.complete(
+        worker_id="w", items=[{"job_id": done["id"], "lease_id": str(done["lease_id"])}]
+    )
+    async with clean_db.connect() as conn:
+        later = await conn.scalar(text("SELECT now() + interval '1 hour'"))
+    # Now: both rows were touched within the idle time; an hour on, only k1's is idle (k2 runs).
+    assert await svc.prune_flow_state(batch_size=10) == 0
+    assert await svc.prune_flow_state(batch_size=10, now=later) == 1
+    async with clean_db.connect() as conn:
+        keys = [k for (k,) in await conn.execute(text("SELECT key FROM flow_state"))]
+    assert keys == ["key:k2"]
+    # A claim that needs the pruned row again creates it and claims in the same call.
+    await seed_jobs(clean_db, 1, concurrency_key="k1")
+    [again] = await svc.claim(worker_id="w", queues=["default"], max_jobs=1, lease_seconds=30)
+    assert again["concurrency_key"] == "k1"
+
+
+async def test_a_rate_limit_refills_from_the_database_clock(
+    clean_db: AsyncEngine, svc: JobService
+) -> None:
+    await limit(clean_db, "r", rate_limit=2, rate_per_seconds=3600.0)
+    await seed_jobs(clean_db, 5, concurrency_key="r")
+    assert (
+        len(await svc.claim(worker_id="w", queues=["default"], max_jobs=5, lease_seconds=30)) == 2
+    )
+    assert await svc.claim(worker_id="w", queues=["default"], max_jobs=5, lease_seconds=30) == []
+    # Half an hour of the bucket's clock later, one token is back.
+    async with clean_db.begin() as conn:
+        await conn.execute(
+            text("UPDATE flow_state SET refilled_at = refilled_at - interval '30 minutes'")
+        )
+    assert (
+        len(await svc.claim(worker_id="w", queues=["default"], max_jobs=5, lease_seconds=30)) == 1
+    )
