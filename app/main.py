@@ -34,7 +34,8 @@ from app.queue.types import BackoffPolicy
 from app.queue.waiters import WaiterHub
 from app.settings import Settings
 from app.wakeup.backstop import Backstop
-from app.wakeup.control import ControlChannel
+from app.wakeup.control import ControlChannel, ignoring_payload
+from app.wakeup.result_backstop import ResultBackstop
 
 API_DESCRIPTION = (
     "An HTTP job queue on PostgreSQL. Producers enqueue jobs; workers claim time-limited leases, "
@@ -77,6 +78,11 @@ def _loops(settings: Settings, service: JobService, hub: WaiterHub) -> list[Loop
             ),
         ),
         Backstop(service=service, hub=hub, interval_seconds=settings.longpoll_backstop_seconds),
+        ResultBackstop(
+            service=service,
+            results=service.results,
+            interval_seconds=settings.longpoll_backstop_seconds,
+        ),
         QueueGauges(service=service, interval_seconds=settings.metrics_refresh_seconds),
     ]
     if settings.maintenance_enabled:
@@ -130,6 +136,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     )
     repository = repository_for(settings)
     hub = WaiterHub()
+    results = ResultHub()  # parked job reads (GET /v1/jobs/{id}?wait_seconds=)
     keys = KeyRing(engine, interval_seconds=settings.auth_refresh_seconds)
     await _load_keys(keys)
     control = ControlChannel(
@@ -137,7 +144,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         repository=repository,
         hub=hub,
         coalesce_window=settings.notify_coalesce_seconds,
-        listeners={key_store.CHANNEL: keys.changed},
+        listeners={
+            key_store.CHANNEL: ignoring_payload(keys.changed),
+            FINISHED_CHANNEL: results.notified,
+        },
     )
     announce = control.announce if settings.wakeup_announce else _announce_nothing
     service = JobService(
@@ -153,6 +163,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         max_attempts_default=settings.max_attempts_default,
         lease_seconds_default=settings.lease_seconds_default,
         hub=hub,
+        results=results,
         announce=announce,
         bulk_batch_size=settings.bulk_batch_size,
     )
@@ -166,8 +177,12 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     )
     loop = asyncio.get_running_loop()
 
+    def close_waiters() -> None:
+        hub.close()
+        results.close()
+
     def begin_shutdown() -> None:
-        loop.call_soon_threadsafe(hub.close)
+        loop.call_soon_threadsafe(close_waiters)
 
     state.runtime = Runtime(
         service=service,

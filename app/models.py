@@ -70,6 +70,10 @@ jobs = Table(
     Column("started_at", DateTime(timezone=True), nullable=True),
     Column("finished_at", DateTime(timezone=True), nullable=True),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    # Somebody waits for this job to finish (migration 0012): set by GET /v1/jobs/{id} with
+    # wait_seconds, never cleared; row triggers then notify jobq_finished when it finishes (or
+    # is deleted unfinished), and only then, so no other job pays for a NOTIFY.
+    Column("awaited", Boolean, nullable=False, server_default=text("false")),
     CheckConstraint(
         "status IN ('pending', 'scheduled', 'running', 'succeeded', 'dead', 'cancelled')",
         name="status",

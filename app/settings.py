@@ -158,7 +158,10 @@ class Settings(BaseSettings):
         description="Jobs a bulk action changes per statement (each batch commits on its own).",
     )
     longpoll_max_wait_seconds: float = Field(
-        default=20, ge=0, le=60, description="Longest wait_seconds a claim may ask for."
+        default=20,
+        ge=0,
+        le=60,
+        description="Longest wait_seconds a claim or a job read (GET /v1/jobs/{id}) may ask for.",
     )
     checkpoint_max_bytes: int = Field(
         default=256 * 1024, ge=1024, le=64 * 1024 * 1024, description="Largest checkpoint (JSON)."

@@ -10,7 +10,13 @@ The names below are the public API. Inside: ``worker`` (claim loop, run / stop /
 
 from jobq_client.client import Client
 from jobq_client.context import JobContext
-from jobq_client.errors import JobqError, LeaseLost, NonRetryableError, StopRequested
+from jobq_client.errors import (
+    JobqError,
+    LeaseLost,
+    NonRetryableError,
+    StopRequested,
+    WaitTimeout,
+)
 from jobq_client.worker import Worker
 
 __all__ = [
@@ -20,5 +26,6 @@ __all__ = [
     "LeaseLost",
     "NonRetryableError",
     "StopRequested",
+    "WaitTimeout",
     "Worker",
 ]

@@ -1,7 +1,9 @@
-"""``Client``: the producer, query and raw worker-protocol calls of the jobq HTTP API over httpx."""
+"""``Client``: the producer, query (awaiting results included) and raw worker-protocol calls of the jobq HTTP API over httpx."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
@@ -40,7 +42,7 @@ def _problem_of(response: httpx.Response) -> dict[str, Any]:
 
 
 class Client:
-    """An async client of the jobq API: enqueue, read, cancel, retry, and the lease calls.
+    """An async client of the jobq API: enqueue, read, await results, cancel, retry, and the lease calls.
 
     Every error answer raises :class:`JobqError` with the service's problem details; transport
     failures raise httpx's own ``httpx.TransportError`` subclasses unchanged.

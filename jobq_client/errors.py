@@ -1,4 +1,4 @@
-"""The client's exceptions: HTTP problems, handler verdicts, and the two ways a handler is stopped."""
+"""The client's exceptions: HTTP problems, a wait that timed out, handler verdicts, and the two ways a handler is stopped."""
 
 from __future__ import annotations
 
@@ -51,6 +51,21 @@ class JobqError(Exception):
 
     def __str__(self) -> str:
         return self._describe()
+
+
+class WaitTimeout(TimeoutError):
+    """The job did not finish within the time ``Client.wait`` was given.
+
+    ``job`` is the job as the service last answered it (unfinished), or ``None`` when no answer
+    came at all (every try failed with a transient error, the last of which is the cause).
+    """
+
+    def __init__(self, job_id: int, timeout: float, job: Mapping[str, Any] | None) -> None:
+        self.job_id = job_id
+        self.timeout = timeout
+        self.job: dict[str, Any] | None = None if job is None else dict(job)
+        status = "no answer" if job is None else f"still {job.get('status')}"
+        super().__init__(f"job {job_id} not finished after {timeout:g} s ({status})")
 
 
 class NonRetryableError(Exception):

@@ -6,12 +6,13 @@
 from collections.abc import Sequence
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Response, status
+from fastapi import APIRouter, Header, Query, Request, Response, status
 from pydantic import Field
 
 from app.api import schemas as wire
 from app.api.auth import allow_queue, requires
 from app.api.deps import Service
+from app.api.disconnect import client_gone
 from app.api.lean import LeanRoute
 from app.api.render import job, jobs_response, json_response
 from app.api.schemas import (
@@ -222,11 +223,36 @@ def build_router(settings: Settings) -> APIRouter:
 
     @router.get("/{job_id}", response_model=Job, responses={404: PROBLEM})
     async def get_job(
-        caller: Annotated[Principal, requires(Permission.READ_JOBS)], job_id: int, service: Service
+        caller: Annotated[Principal, requires(Permission.READ_JOBS)],
+        job_id: int,
+        service: Service,
+        request: Request,
+        wait_seconds: Annotated[
+            float,
+            Query(
+                ge=0,
+                le=settings.longpoll_max_wait_seconds,
+                allow_inf_nan=False,
+                description="Long-poll up to this long for the job to finish (succeeded, dead "
+                "or cancelled); the answer is the job as it is then, finished or not.",
+            ),
+        ] = 0,
     ) -> Response:
-        """One job by id (403 when its queue is outside the key's scopes)."""
-        row = await service.get(job_id)
-        allow_queue(caller, row["queue"], field="path.job_id")
+        """One job by id (403 when its queue is outside the key's scopes).
+
+        With ``wait_seconds`` > 0 the call long-polls: it answers as soon as the job is
+        finished (at once when it is already), or with the job as it is when the wait ends
+        (or the instance shuts down): 200 either way, so look at ``status``. The wait holds no
+        database connection; a job deleted meanwhile answers 404.
+        """
+        if not wait_seconds:
+            row = await service.get(job_id)
+            allow_queue(caller, row["queue"], field="path.job_id")
+            return json_response(job(row))
+        # The scope first: a job outside it is never marked awaited.
+        await _in_scope(caller, job_id, service)
+        async with client_gone(request) as gone:
+            row = await service.wait_for_job(job_id, wait_seconds=wait_seconds, stop=gone)
         return json_response(job(row))
 
     async def _in_scope(caller: Principal, job_id: int, service: JobService) -> None:

@@ -201,6 +201,11 @@ class _Scrape(Collector):
             value=runtime.hub.parked,
         )
         yield GaugeMetricFamily(
+            "jobq_results_waiting",
+            "Job reads waiting on this instance now for their job to finish.",
+            value=runtime.service.results.parked,
+        )
+        yield GaugeMetricFamily(
             "jobq_leader",
             "1 while this instance runs the leader-only loops.",
             value=int(runtime.runner.is_leader),

@@ -51,6 +51,7 @@ class JobService(Operations):
         pool_timeout: float = 10.0,
         coalescing: CoalescingPolicy | None = None,
         hub: WaiterHub | None = None,
+        results: ResultHub | None = None,
         announce: Announce | None = None,
         bulk_batch_size: int = 1000,
     ) -> None:
@@ -66,6 +67,8 @@ class JobService(Operations):
         # COMMIT. Each statement is atomic on its own; see _run.
         self.autocommit_engine = engine.execution_options(isolation_level="AUTOCOMMIT")
         self.hub = hub or WaiterHub()
+        # Parked reads waiting for their job to finish (wait_for_job).
+        self.results = results or ResultHub()
         # Called after a commit that made jobs claimable: wakes waiters here and elsewhere.
         self.announce: Announce = announce or self.hub.notify
         # Concurrent requests of one kind share statements (app/queue/coalesce.py); None: off.
@@ -243,6 +246,78 @@ class JobService(Operations):
     async def ping(self) -> None:
         """Fails when the database does not answer (through the hot path's pool)."""
         await self._run_hot(self.repo.health_ping)
+
+    # -- awaiting a result -------------------------------------------------------------------
+
+    async def wait_for_job(
+        self, job_id: int, *, wait_seconds: float, stop: asyncio.Event | None = None
+    ) -> JobRow:
+        """One job, once it is finished (succeeded, dead, cancelled) or ``wait_seconds`` passed.
+
+        A job finished already, or ``wait_seconds`` 0, is answered at once; ``NotFound`` for an
+        unknown job, and for one deleted while waited for. Otherwise the job is marked awaited
+        (one conditional UPDATE, so that its finish notifies ``jobq_finished`` from whichever
+        instance finishes it) and the read parks in ``self.results`` holding no database
+        connection. Woken by that notification, by the result backstop (which checks every
+        parked job once per backstop interval, in case a notification was lost), after a
+        reconnect of the control connection, or at shutdown, it re-reads the job and parks
+        again while it is unfinished. It answers the job as it is when it finished, when the
+        wait ends, when ``stop`` is set (the client went away) or when the instance shuts down.
+        """
+        if wait_seconds <= 0 or self.results.closed:
+            return await self.get(job_id)
+        if not valid_id(job_id):
+            raise NotFound(f"job {job_id} not found")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_seconds
+        stop = stop or asyncio.Event()
+        # Parked before the mark: a notification sent once the mark committed must find us.
+        waiter = self.results.register(job_id)
+        try:
+            row = await self._mark_awaited(job_id)
+            while row["status"] not in FINISHED:
+                remaining = deadline - loop.time()
+                if remaining <= 0 or stop.is_set() or self.results.closed:
+                    return row
+                await _wait_either(waiter.event, stop, seconds=remaining)
+                if stop.is_set():
+                    return row  # nobody is listening for the answer
+                self.results.rearm(waiter)  # before the read: a later finish wakes us again
+                row = await self.get(job_id)
+            return row
+        finally:
+            self.results.unregister(waiter)
+
+    async def _mark_awaited(self, job_id: int) -> JobRow:
+        """The job after marking it awaited, or as found when finished or awaited already."""
+
+        async def work(conn: Driver) -> JobRow | None:
+            row: JobRow | None = None
+            for _ in range(TRANSACTION_TRIES):
+                row = await self.repo.job_await_mark(conn, job_id=job_id)
+                if row is not None:
+                    return row
+                # Finished, awaited already, or unknown: a read in a snapshot of its own (taken
+                # after the mark, so it sees any finish the mark waited for) tells which.
+                row = await self.repo.job_get(conn, job_id=job_id)
+                if row is None or row["awaited"] or row["status"] in FINISHED:
+                    return row
+                # Retried (finished, then back to pending) between the two statements: again.
+            return row  # still moving: park anyway, the backstop has it
+
+        self.statements["await_mark"] += 1
+        row = await self._run_hot(work)
+        if row is None:
+            raise NotFound(f"job {job_id} not found")
+        return row
+
+    async def settled_jobs(self, job_ids: Sequence[int]) -> list[int]:
+        """Which of these jobs are finished or gone (the result backstop's check)."""
+
+        async def work(conn: AsyncConnection) -> list[int]:
+            return await self.repo.job_await_settled(conn, job_ids=job_ids)
+
+        return await self._run(work)
 
     # -- workers -----------------------------------------------------------------------------
 

@@ -8,8 +8,10 @@ this connection, in a transaction that writes no WAL. Other instances LISTEN her
 waiters; our own notifications are recognised by the instance id and ignored.
 
 The connection also listens on other channels for whoever asks (``listeners``: the key ring
-reloads on ``jobq_keys``); their callbacks run on each notification and after each reconnect,
-since notifications sent while the connection was down are lost.
+reloads on ``jobq_keys``, parked job reads wake on ``jobq_finished``); each callback gets every
+notification's payload, and ``None`` after each (re)connect, since notifications sent while
+the connection was down are lost. A callback that does not need the payload is wrapped with
+:func:`ignoring_payload`.
 
 A notification takes a transaction id and a round trip, so an instance that knows of no other
 sends none. Instances say hello on the channel when they connect, answer a newcomer's hello at
@@ -61,6 +63,19 @@ def decode_payload(payload: str) -> tuple[str, int, str] | None:
     return parts[0], int(parts[1]), parts[2]
 
 
+Listener = Callable[[str | None], object]
+"""Called with each notification's payload on its channel, and with ``None`` after a (re)connect."""
+
+
+def ignoring_payload(callback: Callable[[], object]) -> Listener:
+    """A listener that calls ``callback`` whatever the payload (for "something changed" channels)."""
+
+    def listener(_payload: str | None) -> object:
+        return callback()
+
+    return listener
+
+
 class ControlChannel:
     """Owns the control connection: listens, announces, elects; reconnects with backoff when lost."""
 
@@ -71,7 +86,7 @@ class ControlChannel:
         repository: Repository,
         hub: WaiterHub,
         coalesce_window: float = COALESCE_WINDOW_SECONDS_DEFAULT,
-        listeners: Mapping[str, Callable[[], object]] | None = None,
+        listeners: Mapping[str, Listener] | None = None,
     ) -> None:
         self.engine = engine
         self.listeners = dict(listeners or {})
@@ -275,7 +290,7 @@ class ControlChannel:
             self._lost.clear()
             self._connected.set()
             for callback in self.listeners.values():
-                callback()  # whatever changed while we were not listening
+                callback(None)  # whatever changed while we were not listening
             await self._hello()  # other instances learn of us, and answer so we learn of them
             if not first:
                 # Notifications may have been missed while we were away: nobody sleeps through.
@@ -293,10 +308,10 @@ class ControlChannel:
             self.hub.notify_all()
 
 
-def _calling(callback: Callable[[], object]) -> Callable[[Any, int, str, str], None]:
-    """An asyncpg notification listener that calls ``callback`` (the payload does not matter)."""
+def _calling(callback: Listener) -> Callable[[Any, int, str, str], None]:
+    """An asyncpg notification listener that hands the payload to ``callback``."""
 
-    def listener(_conn: Any, _pid: int, _channel: str, _payload: str) -> None:
-        callback()
+    def listener(_conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        callback(payload)
 
     return listener

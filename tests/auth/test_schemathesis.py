@@ -11,7 +11,8 @@ The app runs in process, on the session's database, inside a lifespan this modul
 stops itself: an anyio portal thread owns the app's event loop, and a ``requests`` adapter hands
 schemathesis' requests to the app there through ``httpx.ASGITransport``. (Schemathesis' own ASGI
 transport would start the lifespan on a loop of its own and keep it until the session ends.)
-Valid claims' long-poll waits are cut to ``CLAIM_WAIT_SECONDS``; nothing else is changed.
+Valid long-poll waits (claims', and job reads' ``wait_seconds``) are cut to
+``CLAIM_WAIT_SECONDS``; nothing else is changed.
 """
 
 from __future__ import annotations
@@ -86,6 +87,11 @@ def _cut_wait_short(case: Case[Any]) -> None:
         wait = body.get("wait_seconds")
         if isinstance(wait, int | float) and not isinstance(wait, bool) and 0 < wait <= 20:
             body["wait_seconds"] = min(wait, CLAIM_WAIT_SECONDS)
+    query = case.query
+    if case.operation.path == "/v1/jobs/{job_id}" and isinstance(query, dict):
+        wait = query.get("wait_seconds")
+        if isinstance(wait, int | float) and not isinstance(wait, bool) and 0 < wait <= 20:
+            query["wait_seconds"] = min(wait, CLAIM_WAIT_SECONDS)
 
 
 class InProcess(requests.adapters.HTTPAdapter):
