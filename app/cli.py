@@ -51,6 +51,11 @@ def _serve(args: argparse.Namespace) -> int:
     if args.insecure:
         overrides["insecure"] = True
     settings = Settings(**overrides)
+    if settings.schedules is not None and not args.supervised:
+        problem = _schedules_file_problem(settings)
+        if problem is not None:
+            print(f"jobq: invalid JOBQ_SCHEDULES file {problem}", file=sys.stderr, flush=True)
+            return 2
     if args.supervised:
         # One of the processes of `--workers N`: the parent migrated and passed DATABASE_URL.
         from app.supervisor import reuse_port_socket
@@ -96,6 +101,19 @@ def _serve(args: argparse.Namespace) -> int:
         ).run()
     JobqServer.for_app(create_app(settings), log_level=args.log_level).run()
     return 0
+
+
+def _schedules_file_problem(settings: Settings) -> str | None:
+    """What is wrong with the JOBQ_SCHEDULES file, in one line (``None``: it is usable)."""
+    from app.api.schedule_schemas import ScheduleFileError, load_schedules_file
+
+    if settings.schedules is None:
+        return None
+    try:
+        load_schedules_file(settings.schedules, settings)
+    except ScheduleFileError as exc:
+        return " ".join(str(exc).splitlines())
+    return None
 
 
 def is_loopback(host: str) -> bool:

@@ -46,6 +46,7 @@ API_DESCRIPTION = (
 CONTROL_CONNECT_WAIT_SECONDS = 5.0
 
 logger = logging.getLogger("jobq.auth")
+schedule_logger = logging.getLogger("jobq.schedules")
 
 
 def _require_url(settings: Settings) -> str:
@@ -105,6 +106,13 @@ def _loops(settings: Settings, service: JobService, hub: WaiterHub) -> list[Loop
                     throughput_seconds=settings.retention_throughput_seconds,
                 ),
             ),
+            Scheduler(
+                service=service,
+                config=SchedulerConfig(
+                    interval_seconds=settings.scheduler_interval_seconds,
+                    batch_size=settings.scheduler_batch_size,
+                ),
+            ),
         ]
     return loops
 
@@ -115,6 +123,12 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     state = app_state(app)
     settings = state.settings
     url = _require_url(settings)
+    # Checked before anything connects: an unusable file stops the start (ScheduleFileError).
+    schedule_file = (
+        load_schedules_file(settings.schedules, settings)
+        if settings.schedules is not None
+        else None
+    )
     engine = create_engine(
         url,
         pool_size=settings.db_read_pool_size,
@@ -197,9 +211,11 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     await control.wait_connected(CONTROL_CONNECT_WAIT_SECONDS)
     runner.start()
     try:
+        if settings.schedules is not None and schedule_file is not None:
+            await _apply_schedules_file(service, settings.schedules, schedule_file)
         yield
     finally:
-        hub.close()
+        close_waiters()
         await runner.stop()
         await control.stop()
         await keys.stop()
@@ -220,6 +236,22 @@ async def _load_keys(keys: KeyRing) -> None:
         logger.warning(
             "authentication is off: no API key exists (make one with `jobq keys create`)"
         )
+
+
+async def _apply_schedules_file(
+    service: JobService, path: Path, entries: Sequence[tuple[str, ScheduleSpec]]
+) -> None:
+    """Applies JOBQ_SCHEDULES through the service: upserts its schedules, deletes the ones it dropped."""
+    outcome = await service.schedule_sync(entries, actor=f"file:{path}"[:255])
+    schedule_logger.info(
+        "schedules file %s applied: %d created, %d updated, %d unchanged, %d deleted",
+        path,
+        len(outcome.created),
+        len(outcome.updated),
+        len(outcome.unchanged),
+        len(outcome.deleted),
+        extra={"event": "schedules.applied", "deleted": list(outcome.deleted)},
+    )
 
 
 def _announce_nothing(queue: str, count: int) -> None:

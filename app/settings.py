@@ -15,6 +15,7 @@ from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.queue.bounds import BACKOFF_CAP_SECONDS_MAX, LEASE_SECONDS_MAX, MAX_ATTEMPTS_MAX
+from app.queue.schedules import CATCH_UP_MAX
 
 
 class Settings(BaseSettings):
@@ -225,7 +226,8 @@ class Settings(BaseSettings):
 
     # Background loops.
     maintenance_enabled: bool = Field(
-        default=True, description="Take part in the election for the reaper and the pruner."
+        default=True,
+        description="Take part in the election for the reaper, the pruner and the scheduler.",
     )
     election_interval_seconds: float = Field(
         default=1.0, gt=0, le=60, description="How often a follower asks for the leader lock."
@@ -272,6 +274,34 @@ class Settings(BaseSettings):
     )
     loop_stall_min_seconds: float = Field(
         default=10, gt=0, description="...and at least this long is stalled: /readyz fails."
+    )
+
+    # Periodic jobs (app/queue/schedules.py; the scheduler is app/maintenance/scheduler.py).
+    schedules: Path | None = Field(
+        default=None,
+        description=(
+            "A TOML or JSON file of schedules applied at start: each is created or replaced, and "
+            "the file's schedules it no longer lists are deleted; an invalid file stops the "
+            "start. Unset: none."
+        ),
+    )
+    scheduler_interval_seconds: float = Field(
+        default=0.5,
+        gt=0,
+        le=10,
+        description="How often the leader enqueues the due runs of schedules.",
+    )
+    scheduler_batch_size: int = Field(
+        default=100,
+        ge=1,
+        le=1000,
+        description="Schedules per scheduler pass (one transaction with their runs' jobs).",
+    )
+    schedule_catch_up_max: int = Field(
+        default=100,
+        ge=0,
+        le=CATCH_UP_MAX,
+        description="Largest catch_up a schedule may set (missed runs enqueued after downtime).",
     )
 
     @field_validator("log_level", "log_format", mode="before")

@@ -73,6 +73,7 @@ from app.errors import (
     sqlstate,
 )
 from app.queue.bounds import MAX_BIGINT, instant_in_window
+from app.queue.schedules import SCHEDULE_NAME_PATTERN
 from app.queue.service import JobService
 from app.queue.states import BULK_STATES, BulkAction, JobStatus, bulk_states
 from app.queue.types import JobSearch
@@ -772,6 +773,34 @@ class Dashboard:
             links=WORKER_JOB_LINKS,
         )
 
+    async def schedules(self, call: Call) -> Response:
+        """Periodic schedules in name order: timing, zone, queue and type, next and last run."""
+        after = call.request.query_params.get("after") or None
+        errors: list[str] = []
+        if after is not None and not SCHEDULE_NAME_PATTERN.fullmatch(after):
+            errors.append("The page position (after) is malformed.")
+            after = None
+        rows: list[Any] = []
+        next_cursor = None
+        if not errors:
+            rows, next_cursor = await call.service.schedule_list(
+                limit=PAGE_SIZE,
+                after=after,
+                queue_patterns=call.caller.principal.like_patterns(),
+            )
+        template = "fragments/schedules.html" if call.fragment else "schedules.html"
+        return self.render(
+            call.request,
+            template,
+            caller=call.caller,
+            status=400 if errors else 200,
+            nav="schedules",
+            schedules=[dict(r) for r in rows],
+            errors=errors,
+            after=after or "",
+            next_query=urlencode({"after": next_cursor}) if next_cursor else "",
+        )
+
     async def audit(self, call: Call) -> Response:
         """The audit trail, newest first, with keyset paging."""
         params = call.request.query_params
@@ -1007,6 +1036,8 @@ def build_router(settings: Settings) -> APIRouter:
         ),
         ("GET", f"{PREFIX}/workers", page(board.workers, *observe)),
         ("GET", f"{PREFIX}/fragments/workers", page(board.workers, *observe)),
+        ("GET", f"{PREFIX}/schedules", page(board.schedules, *observe)),
+        ("GET", f"{PREFIX}/fragments/schedules", page(board.schedules, *observe)),
         ("GET", f"{PREFIX}/audit", page(board.audit, *observe)),
         ("GET", f"{PREFIX}/fragments/audit", page(board.audit, *observe)),
     )

@@ -1,0 +1,571 @@
+"""Periodic jobs in the service: schedule definitions, and the pass that enqueues their due runs.
+
+When a schedule runs is app/queue/schedules.py (pure arithmetic); this module is where it meets
+the database. Mixed into ``JobService``, so routes, the dashboard and the scheduler loop reach it
+through the service like everything else.
+
+**Exactly once per run.** The scheduler pass (:meth:`Scheduling.enqueue_schedule_runs`) is one
+transaction on the driver pool: it locks the due schedules (``FOR UPDATE SKIP LOCKED``, bounded
+batch, due by the database's ``now()``), enqueues every run it plans through the producers' own
+``job_enqueue`` statement with the idempotency key ``schedule:<name>:<UTC instant>``, and moves
+each schedule on with a conditional UPDATE (``WHERE name = ... AND next_run_at = <value read>``).
+Jobs and schedule move together or not at all. Two passes at once (two instances that both think
+they lead) lock different schedules; a pass that ran on a stale read would find its runs' keys
+taken (the unique ``(queue, idempotency_key)`` index answers, nothing is inserted twice) and its
+conditional UPDATE would move nothing, which rolls the pass back.
+
+**Definitions** are changed in one transaction each: the schedule's row is locked first
+(``schedule_lock``, which also reads the transaction's clock), the next run is computed from
+that clock, and the change and its audit row follow while the lock is held. A replacement that
+keeps the timing keeps ``next_run_at``, so re-applying a definition (every start applies the
+JOBQ_SCHEDULES file) never moves or skips a run. Pausing stops the scheduler from enqueueing
+anything; resuming moves the schedule to its first run after the resume (the paused stretch is
+not caught up). Schedules the file made (``source`` = ``file``) are changed through the file:
+the API may pause and resume them but not replace or delete them (409).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.errors import Forbidden, InvalidInput, InvalidTransition, NotFound
+from app.queue.repository import Driver
+from app.queue.schedules import JobTemplate, RunPlan, ScheduleError, ScheduleSpec, Timing, run_key
+from app.queue.states import JobStatus
+from app.queue.types import JobEvent, JobRow, NewJob
+from app.queue.unit import ServiceCore
+
+SOURCE_API = "api"
+SOURCE_FILE = "file"
+# Who the audit trail names for a change made inside the process with no actor.
+SCHEDULE_ACTOR = "internal"
+
+# A route's check of the schedule's queue against the caller's scopes (None: every queue).
+QueueCheck = Callable[[str], bool]
+
+
+@dataclass(frozen=True)
+class SkippedRuns:
+    """Runs of one schedule a pass did not enqueue: more than ``catch_up`` had been missed."""
+
+    name: str
+    since: datetime  # the first skipped run (the schedule's next_run_at when the pass began)
+    until: datetime  # the first run enqueued; every run in [since, until) was skipped
+    catch_up: int
+
+
+@dataclass(frozen=True)
+class SchedulePass:
+    """What one scheduler pass did."""
+
+    schedules: int  # schedules moved to their next run
+    enqueued: int  # jobs created (a run whose job existed already is not counted)
+    skipped: tuple[SkippedRuns, ...] = ()
+    # Schedules that could not be planned (name, reason); left as they are, and reported.
+    failed: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class SyncOutcome:
+    """What applying the schedules file changed, by schedule name."""
+
+    created: tuple[str, ...]
+    updated: tuple[str, ...]
+    unchanged: tuple[str, ...]
+    deleted: tuple[str, ...]
+
+
+class ScheduleContended(Exception):
+    """Internal: a schedule moved under a pass that held its lock; the pass is rolled back."""
+
+
+def timing_of(row: Mapping[str, Any]) -> Timing:
+    """The timing stored on a schedule's row."""
+    return Timing(
+        cron=row["cron"], interval_seconds=row["interval_seconds"], timezone=row["timezone"]
+    )
+
+
+def template_of(row: Mapping[str, Any]) -> JobTemplate:
+    """The job template stored on a schedule's row."""
+    return JobTemplate(
+        queue=row["queue"],
+        type=row["type"],
+        payload=row["payload"],
+        priority=row["priority"],
+        max_attempts=row["max_attempts"],
+        lease_seconds=row["lease_seconds"],
+        timeout_seconds=row["timeout_seconds"],
+        concurrency_key=row["concurrency_key"],
+    )
+
+
+def _state(paused: bool | None) -> str | None:
+    if paused is None:
+        return None
+    return "paused" if paused else "active"
+
+
+def _detail(name: str, row: Mapping[str, Any]) -> dict[str, Any]:
+    """What the audit trail records of a schedule (not its payload, which may be large)."""
+    timing = (
+        {"cron": row["cron"]}
+        if row["cron"] is not None
+        else {"interval_seconds": row["interval_seconds"]}
+    )
+    return {
+        "schedule": name,
+        **timing,
+        "timezone": row["timezone"],
+        "type": row["type"],
+        "catch_up": row["catch_up"],
+        "source": row["source"],
+    }
+
+
+class Scheduling(ServiceCore):
+    """Schedules: create or replace, read, list, pause, resume, delete, apply a file, and the
+    scheduler's pass; mixed into ``JobService``."""
+
+    # JobService's: a NewJob as a job_enqueue item, with the service's defaults applied.
+    _enqueue_item: Callable[[NewJob], dict[str, Any]]
+
+    # -- definitions -------------------------------------------------------------------------
+
+    async def schedule_put(
+        self,
+        name: str,
+        spec: ScheduleSpec,
+        *,
+        actor: str = SCHEDULE_ACTOR,
+        actor_key_id: int | None = None,
+        allowed: QueueCheck | None = None,
+    ) -> tuple[JobRow, bool]:
+        """Creates or replaces the schedule ``name``; answers it and whether it was created.
+
+        ``allowed`` checks the queue of the schedule being replaced (``Forbidden`` if refused);
+        a schedule of the JOBQ_SCHEDULES file is refused with ``InvalidTransition``.
+        """
+
+        async def work(conn: AsyncConnection) -> tuple[JobRow, str]:
+            return await self._schedule_write(
+                conn,
+                name,
+                spec,
+                source=SOURCE_API,
+                actor=actor,
+                actor_key_id=actor_key_id,
+                allowed=allowed,
+            )
+
+        row, outcome = await self._run(work, transaction=True)
+        return row, outcome == "created"
+
+    async def _schedule_write(
+        self,
+        conn: AsyncConnection,
+        name: str,
+        spec: ScheduleSpec,
+        *,
+        source: str,
+        actor: str,
+        actor_key_id: int | None,
+        allowed: QueueCheck | None = None,
+        audit_unchanged: bool = True,
+    ) -> tuple[JobRow, str]:
+        """Writes one definition under the schedule's lock; answers the row and created /
+        updated / unchanged."""
+        prior = await self.repo.schedule_lock(conn, name=name)
+        exists = prior["name"] is not None
+        if exists:
+            _check_queue(allowed, name, prior["queue"])
+            if source == SOURCE_API and prior["source"] == SOURCE_FILE:
+                raise InvalidTransition(
+                    f"schedule {name!r} comes from the JOBQ_SCHEDULES file: change it there "
+                    "(pausing and resuming it work here)"
+                )
+        now: datetime = prior["db_now"]
+        timing = spec.timing
+        same_timing = exists and (prior["cron"], prior["interval_seconds"], prior["timezone"]) == (
+            timing.cron,
+            timing.interval_seconds,
+            timing.timezone,
+        )
+        with _unusable_as_input():
+            if not same_timing:
+                next_run_at = timing.first_run(now)
+            elif prior["paused"] and spec.paused is False:
+                next_run_at = timing.resumed_run(prior["next_run_at"], now)
+            else:
+                next_run_at = prior["next_run_at"]
+        template = spec.template
+        row = await self.repo.schedule_upsert(
+            conn,
+            values={
+                "name": name,
+                "cron": timing.cron,
+                "interval_seconds": timing.interval_seconds,
+                "timezone": timing.timezone,
+                "queue": template.queue,
+                "type": template.type,
+                "payload": template.payload,
+                "priority": template.priority,
+                "max_attempts": template.max_attempts,
+                "lease_seconds": template.lease_seconds,
+                "timeout_seconds": template.timeout_seconds,
+                "concurrency_key": template.concurrency_key,
+                "catch_up": spec.catch_up,
+                "paused": spec.paused,
+                "next_run_at": next_run_at,
+                "source": source,
+            },
+        )
+        if row is None:
+            if audit_unchanged:
+                await self._schedule_audit(
+                    conn,
+                    name,
+                    prior,
+                    action="schedule.update",
+                    outcome="unchanged",
+                    actor=actor,
+                    actor_key_id=actor_key_id,
+                    before=prior["paused"],
+                    after=prior["paused"],
+                )
+            return prior, "unchanged"
+        created = bool(row["created"])
+        await self._schedule_audit(
+            conn,
+            name,
+            row,
+            action="schedule.create" if created else "schedule.update",
+            outcome="changed",
+            actor=actor,
+            actor_key_id=actor_key_id,
+            before=None if created else prior["paused"],
+            after=row["paused"],
+        )
+        return row, "created" if created else "updated"
+
+    async def _schedule_audit(
+        self,
+        conn: AsyncConnection,
+        name: str,
+        row: Mapping[str, Any],
+        *,
+        action: str,
+        outcome: str,
+        actor: str,
+        actor_key_id: int | None,
+        before: bool | None,
+        after: bool | None,
+    ) -> None:
+        await self.repo.audit_insert(
+            conn,
+            actor=actor,
+            actor_key_id=actor_key_id,
+            action=action,
+            outcome=outcome,
+            queue=row["queue"],
+            state_before=_state(before),
+            state_after=_state(after),
+            detail=_detail(name, row),
+        )
+
+    async def schedule_get(self, name: str) -> JobRow:
+        """One schedule; ``NotFound`` if there is none."""
+
+        async def work(conn: AsyncConnection) -> JobRow | None:
+            return await self.repo.schedule_get(conn, name=name)
+
+        row = await self._run(work)
+        if row is None:
+            raise NotFound(f"schedule {name!r} not found")
+        return row
+
+    async def schedule_list(
+        self, *, limit: int, after: str | None = None, queue_patterns: Sequence[str] | None = None
+    ) -> tuple[list[JobRow], str | None]:
+        """A page of schedules in name order, and the next page's cursor (the last name; ``None``
+        at the end); with ``queue_patterns`` (LIKE), only schedules of matching queues."""
+
+        async def work(conn: AsyncConnection) -> list[JobRow]:
+            return await self.repo.schedule_list(
+                conn, after=after, limit=limit + 1, queue_patterns=queue_patterns
+            )
+
+        rows = await self._run(work)
+        next_cursor = rows[limit - 1]["name"] if len(rows) > limit else None
+        return rows[:limit], next_cursor
+
+    async def schedule_delete(
+        self,
+        name: str,
+        *,
+        actor: str = SCHEDULE_ACTOR,
+        actor_key_id: int | None = None,
+        allowed: QueueCheck | None = None,
+    ) -> JobRow:
+        """Deletes a schedule (the jobs it enqueued stay); answers it as it was."""
+
+        async def work(conn: AsyncConnection) -> JobRow:
+            prior = await self.repo.schedule_lock(conn, name=name)
+            if prior["name"] is None:
+                raise NotFound(f"schedule {name!r} not found")
+            _check_queue(allowed, name, prior["queue"])
+            if prior["source"] == SOURCE_FILE:
+                raise InvalidTransition(
+                    f"schedule {name!r} comes from the JOBQ_SCHEDULES file: remove it there"
+                )
+            row = await self.repo.schedule_delete(conn, name=name)
+            if row is None:  # locked above: cannot vanish
+                raise NotFound(f"schedule {name!r} not found")
+            await self._schedule_audit(
+                conn,
+                name,
+                row,
+                action="schedule.delete",
+                outcome="changed",
+                actor=actor,
+                actor_key_id=actor_key_id,
+                before=row["paused"],
+                after=None,
+            )
+            return row
+
+        return await self._run(work, transaction=True)
+
+    async def schedule_set_paused(
+        self,
+        name: str,
+        *,
+        paused: bool,
+        actor: str = SCHEDULE_ACTOR,
+        actor_key_id: int | None = None,
+        allowed: QueueCheck | None = None,
+    ) -> JobRow:
+        """Pauses or resumes a schedule; a resume moves it to its first run after now.
+
+        Pausing a paused schedule (or resuming an active one) changes nothing and is recorded
+        as unchanged.
+        """
+
+        async def work(conn: AsyncConnection) -> JobRow:
+            prior = await self.repo.schedule_lock(conn, name=name)
+            if prior["name"] is None:
+                raise NotFound(f"schedule {name!r} not found")
+            _check_queue(allowed, name, prior["queue"])
+            with _unusable_as_input():
+                next_run_at = (
+                    None
+                    if paused
+                    else timing_of(prior).resumed_run(prior["next_run_at"], prior["db_now"])
+                )
+            row = await self.repo.schedule_set_paused(
+                conn, name=name, paused=paused, next_run_at=next_run_at
+            )
+            await self._schedule_audit(
+                conn,
+                name,
+                row or prior,
+                action="schedule.pause" if paused else "schedule.resume",
+                outcome="changed" if row is not None else "unchanged",
+                actor=actor,
+                actor_key_id=actor_key_id,
+                before=prior["paused"],
+                after=paused,
+            )
+            return row or prior
+
+        return await self._run(work, transaction=True)
+
+    async def schedule_sync(
+        self, entries: Sequence[tuple[str, ScheduleSpec]], *, actor: str
+    ) -> SyncOutcome:
+        """Applies a schedules file in one transaction: upserts each entry (``source`` file) and
+        deletes the file's schedules it no longer names.
+
+        An entry named like a schedule made through the API takes it over. Definitions that did
+        not change are left alone (no audit row); every change is audited as ``actor``.
+        """
+
+        async def work(conn: AsyncConnection) -> SyncOutcome:
+            outcomes: dict[str, list[str]] = {"created": [], "updated": [], "unchanged": []}
+            # In name order, as every instance applying the same file does: no deadlocks.
+            for name, spec in sorted(entries, key=lambda entry: entry[0]):
+                _, outcome = await self._schedule_write(
+                    conn,
+                    name,
+                    spec,
+                    source=SOURCE_FILE,
+                    actor=actor,
+                    actor_key_id=None,
+                    audit_unchanged=False,
+                )
+                outcomes[outcome].append(name)
+            stale = await self.repo.schedule_delete_stale_file(
+                conn, names=[name for name, _ in entries]
+            )
+            for row in stale:
+                await self._schedule_audit(
+                    conn,
+                    row["name"],
+                    row,
+                    action="schedule.delete",
+                    outcome="changed",
+                    actor=actor,
+                    actor_key_id=None,
+                    before=row["paused"],
+                    after=None,
+                )
+            return SyncOutcome(
+                created=tuple(outcomes["created"]),
+                updated=tuple(outcomes["updated"]),
+                unchanged=tuple(outcomes["unchanged"]),
+                deleted=tuple(row["name"] for row in stale),
+            )
+
+        return await self._run(work, transaction=True)
+
+    # -- the scheduler's pass ------------------------------------------------------------------
+
+    async def enqueue_schedule_runs(
+        self, *, batch_size: int, now: datetime | None = None
+    ) -> SchedulePass:
+        """Enqueues the due runs of at most ``batch_size`` schedules and moves them on, in one
+        transaction; answers what it did.
+
+        Due by ``now`` (default: the database's ``now()``). For each schedule the runs are its
+        plan (app/queue/schedules.py, ``Timing.plan``): the current run and up to ``catch_up``
+        missed ones. After the commit the created jobs are announced like any enqueue (events
+        for observers, wake-ups for the claims waiting on their queues).
+        """
+
+        async def work(conn: Driver) -> tuple[SchedulePass, list[JobRow]]:
+            return await self._schedule_pass(conn, batch_size=batch_size, now=now)
+
+        outcome, created = await self._run_hot(work, transaction=True)
+        self._emit([JobEvent("enqueued", r["id"], r["queue"], status=r["status"]) for r in created])
+        self._announce_counts(r["queue"] for r in created if r["status"] == JobStatus.PENDING)
+        return outcome
+
+    async def _schedule_pass(
+        self, conn: Driver, *, batch_size: int, now: datetime | None
+    ) -> tuple[SchedulePass, list[JobRow]]:
+        due = await self.repo.schedule_due(conn, batch_size=batch_size, now=now)
+        planned: list[tuple[JobRow, RunPlan]] = []
+        failed: list[tuple[str, str]] = []
+        for row in due:
+            try:
+                plan = timing_of(row).plan(
+                    next_run_at=row["next_run_at"], now=row["db_now"], catch_up=row["catch_up"]
+                )
+            except (ScheduleError, ValueError, OverflowError) as exc:
+                failed.append((row["name"], str(exc)))
+                continue
+            planned.append((row, plan))
+        if not planned:
+            return SchedulePass(schedules=0, enqueued=0, failed=tuple(failed)), []
+
+        items: list[dict[str, Any]] = []
+        for row, plan in planned:
+            template = template_of(row)
+            items.extend(
+                self._enqueue_item(
+                    NewJob(
+                        queue=template.queue,
+                        type=template.type,
+                        payload=template.payload,
+                        priority=template.priority,
+                        run_at=run,
+                        max_attempts=template.max_attempts,
+                        lease_seconds=template.lease_seconds,
+                        timeout_seconds=template.timeout_seconds,
+                        concurrency_key=template.concurrency_key,
+                        idempotency_key=run_key(row["name"], run),
+                    )
+                )
+                for run in plan.runs
+            )
+        inserted = await self.repo.job_enqueue(conn, items=items) if items else []
+        job_ids = {
+            (item["queue"], item["idempotency_key"]): job["id"]
+            for item, job in zip(items, inserted, strict=True)
+            if job is not None
+        }
+        # The current run's job, where it existed already (enqueued before, by another pass).
+        current = [
+            (row["queue"], run_key(row["name"], plan.runs[-1]))
+            for row, plan in planned
+            if plan.runs
+        ]
+        missing = [key for key in current if key not in job_ids]
+        if missing:
+            found = await self.repo.job_get_by_idempotency_keys(conn, keys=missing)
+            job_ids.update({key: job["id"] for key, job in found.items()})
+
+        advance = []
+        skipped = []
+        for row, plan in planned:
+            last = plan.runs[-1] if plan.runs else None
+            advance.append(
+                {
+                    "name": row["name"],
+                    "expected": row["next_run_at"],
+                    "next_run_at": plan.next_run_at,
+                    "last_run_at": last,
+                    "last_job_id": job_ids.get((row["queue"], run_key(row["name"], last)))
+                    if last is not None
+                    else None,
+                }
+            )
+            if plan.skipped_from is not None and plan.runs:
+                skipped.append(
+                    SkippedRuns(
+                        name=row["name"],
+                        since=plan.skipped_from,
+                        until=plan.runs[0],
+                        catch_up=row["catch_up"],
+                    )
+                )
+        moved = await self.repo.schedule_advance(conn, items=advance)
+        if moved != {row["name"] for row, _ in planned}:
+            raise ScheduleContended(
+                "schedules moved under a pass that held them: "
+                + ", ".join(sorted({row["name"] for row, _ in planned} - moved))
+            )
+        created = [job for job in inserted if job is not None]
+        outcome = SchedulePass(
+            schedules=len(planned),
+            enqueued=len(created),
+            skipped=tuple(skipped),
+            failed=tuple(failed),
+        )
+        return outcome, created
+
+
+@contextlib.contextmanager
+def _unusable_as_input() -> Iterator[None]:
+    """A timing that yields no next run (checked when it was made; never seen) is a 422."""
+    try:
+        yield
+    except ScheduleError as exc:
+        raise InvalidInput(
+            f"invalid schedule: {exc.field}: {exc.message}",
+            errors=[{"field": f"body.{exc.field}", "message": exc.message}],
+        ) from None
+
+
+def _check_queue(allowed: QueueCheck | None, name: str, queue: str) -> None:
+    if allowed is not None and not allowed(queue):
+        raise Forbidden(
+            f"schedule {name!r} enqueues into queue {queue!r}, outside this key's scopes",
+            errors=[{"field": "path.name", "message": "queue outside the key's scopes"}],
+        )
