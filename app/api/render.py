@@ -7,8 +7,10 @@ time. ``tests/unit/test_render.py`` holds each shape against its pydantic model.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -53,9 +55,20 @@ def lease_result(outcome: LeaseOutcome) -> dict[str, Any]:
     }
 
 
+def _text_default(value: object) -> object:
+    if isinstance(value, datetime):
+        return value.isoformat().replace("+00:00", "Z")
+    return _default(value)
+
+
 def json_response(content: object, *, status_code: int = 200) -> Response:
     """A JSON response written once."""
-    body = orjson.dumps(content, option=_OPTIONS, default=_default)
+    try:
+        body = orjson.dumps(content, option=_OPTIONS, default=_default)
+    except orjson.JSONEncodeError:
+        # An integer past 64 bits (jsonb keeps them exactly, and reads through SQLAlchemy give
+        # them back as such): Python's encoder writes it.
+        body = json.dumps(content, separators=(",", ":"), default=_text_default).encode()
     return Response(body, status_code=status_code, media_type="application/json")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -82,3 +83,14 @@ def test_lease_results_render_as_the_lease_results_model_does() -> None:
     ours = orjson.loads(render.lease_results_response(outcomes).body)
     expected = {"results": [render.lease_result(o) for o in outcomes]}
     assert ours == orjson.loads(LeaseResults.model_validate(expected).model_dump_json())
+
+
+def test_an_integer_past_64_bits_is_written_exactly() -> None:
+    from app.api.render import json_response
+
+    big = 2**70
+    response = json_response({"payload": {"n": big}, "at": NOW})
+    assert json.loads(response.body) == {
+        "payload": {"n": big},
+        "at": NOW.isoformat().replace("+00:00", "Z"),
+    }
