@@ -6,15 +6,17 @@ import asyncio
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI
 from sqlalchemy.exc import DBAPIError
 
-from app.api import jobs, metrics, ops, workers
+from app.api import jobs, limits_flow, metrics, ops, schedules, workers
 from app.api.fastpath import JobqAPI
 from app.api.limits import BodyLimit
+from app.api.schedule_schemas import load_schedules_file
 from app.api.state import AppState, Runtime, app_state
 from app.auth import store as key_store
 from app.auth.keyring import KeyRing
@@ -28,7 +30,11 @@ from app.maintenance.promoter import Promoter, PromoterConfig
 from app.maintenance.pruner import Pruner, PrunerConfig
 from app.maintenance.reaper import Reaper, ReaperConfig
 from app.maintenance.runner import Loop, LoopRunner
+from app.maintenance.scheduler import Scheduler, SchedulerConfig
 from app.queue.repository import Repository
+from app.queue.results import CHANNEL as FINISHED_CHANNEL
+from app.queue.results import ResultHub
+from app.queue.schedules import ScheduleSpec
 from app.queue.service import CoalescingPolicy, JobService
 from app.queue.types import BackoffPolicy
 from app.queue.waiters import WaiterHub
@@ -277,6 +283,8 @@ def create_app(settings: Settings) -> FastAPI:
         jobs.build_router(settings),
         workers.build_router(settings),
         ops.build_router(settings),
+        schedules.build_router(settings),
+        limits_flow.build_router(),
         observed.router(),
         # Server-rendered pages and their static files, none of them in the OpenAPI document.
         dashboard.build_router(settings),

@@ -8,6 +8,7 @@ from sqlalchemy import (
     CheckConstraint,
     Column,
     DateTime,
+    Float,
     Identity,
     Index,
     Integer,
@@ -257,6 +258,13 @@ AUDIT_ACTIONS = (
     "bulk.retry",
     "bulk.cancel",
     "bulk.delete",
+    "limit.set",
+    "limit.delete",
+    "schedule.create",
+    "schedule.update",
+    "schedule.delete",
+    "schedule.pause",
+    "schedule.resume",
 )
 
 audit_log = Table(
@@ -284,4 +292,54 @@ audit_log = Table(
     # The listing, newest first, filtered by action or by actor (unfiltered: the primary key).
     Index("ix_audit_log_action_id", "action", "id"),
     Index("ix_audit_log_actor_id", "actor", "id"),
+)
+
+# Periodic jobs (migration 0013): one row per schedule, a cron expression or an interval in a time
+# zone, and the job each run enqueues. next_run_at is the next due run as an instant (computed in
+# app/queue/schedules.py); the leader enqueues due runs and advances it in one transaction.
+schedules = Table(
+    "schedules",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("cron", Text, nullable=True),
+    Column("interval_seconds", Integer, nullable=True),
+    Column("timezone", Text, nullable=False, server_default=text("'UTC'")),
+    # The job template; NULL max_attempts / lease_seconds take the service's defaults per run.
+    Column("queue", Text, nullable=False),
+    Column("type", Text, nullable=False),
+    Column("payload", JSONB, nullable=False, server_default=text("'null'::jsonb")),
+    Column("priority", Integer, nullable=False, server_default=text("0")),
+    Column("max_attempts", Integer, nullable=True),
+    Column("lease_seconds", Integer, nullable=True),
+    Column("timeout_seconds", Integer, nullable=True),
+    Column("concurrency_key", Text, nullable=True),
+    # How many missed runs (besides the current one) one pass enqueues after downtime.
+    Column("catch_up", Integer, nullable=False, server_default=text("0")),
+    Column("paused", Boolean, nullable=False, server_default=text("false")),
+    Column("next_run_at", DateTime(timezone=True), nullable=False),
+    Column("last_run_at", DateTime(timezone=True), nullable=True),
+    # The job of the latest run enqueued; no foreign key: the pruner deletes finished jobs.
+    Column("last_job_id", BigInteger, nullable=True),
+    # Who wrote the definition: the API, or the JOBQ_SCHEDULES file (which removes its own).
+    Column("source", Text, nullable=False, server_default=text("'api'")),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    CheckConstraint("(cron IS NULL) <> (interval_seconds IS NULL)", name="one_timing"),
+    CheckConstraint("name ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$'", name="name"),
+    CheckConstraint("char_length(cron) BETWEEN 1 AND 200", name="cron"),
+    CheckConstraint("interval_seconds BETWEEN 1 AND 31622400", name="interval_seconds"),
+    CheckConstraint("char_length(timezone) BETWEEN 1 AND 64", name="timezone"),
+    CheckConstraint("catch_up BETWEEN 0 AND 1000", name="catch_up"),
+    CheckConstraint("max_attempts BETWEEN 1 AND 1000", name="max_attempts"),
+    CheckConstraint("lease_seconds BETWEEN 1 AND 43200", name="lease_seconds"),
+    CheckConstraint("timeout_seconds BETWEEN 1 AND 604800", name="timeout_seconds"),
+    CheckConstraint("source IN ('api', 'file')", name="source"),
+    CheckConstraint(
+        "next_run_at >= '1970-01-01 00:00:00+00' AND next_run_at < '9000-01-01 00:00:00+00'",
+        name="next_run_at_window",
+    ),
+    # The scheduler's scan: active schedules by due time.
+    Index("ix_schedules_due", "next_run_at", postgresql_where=text("NOT paused")),
+    # Listings of a scoped key's schedules.
+    Index("ix_schedules_queue_name", "queue", "name"),
 )

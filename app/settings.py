@@ -215,7 +215,10 @@ class Settings(BaseSettings):
 
     # Long polling.
     longpoll_backstop_seconds: float = Field(
-        default=1.0, gt=0, le=20, description="How often parked claims' queues are re-checked."
+        default=1.0,
+        gt=0,
+        le=20,
+        description="How often parked claims' queues, and the jobs parked reads wait for, are re-checked.",
     )
     notify_coalesce_seconds: float = Field(
         default=0.005, ge=0, le=1, description="Window in which cross-instance wake-ups merge."

@@ -11,10 +11,19 @@ from typing import Any, Self
 
 import httpx
 
-from jobq_client.errors import JobqError
+from jobq_client.errors import JobqError, WaitTimeout
+from jobq_client.retry import Backoff, is_transient
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 USER_AGENT = "jobq-client/0.1"
+# The longest wait_seconds one GET /v1/jobs/{id} may ask for (the service's default limit,
+# JOBQ_LONGPOLL_MAX_WAIT_SECONDS); a longer wait is several of them.
+WAIT_SECONDS_MAX = 20.0
+FINISHED = frozenset({"succeeded", "dead", "cancelled"})
+# An unfinished job answered well before the wait asked for (an instance shutting down, or one
+# of a release that ignores wait_seconds): pause before asking again, so the loop never spins.
+EARLY_ANSWER_PAUSE_FIRST_SECONDS = 0.1
+EARLY_ANSWER_PAUSE_MAX_SECONDS = 1.0
 
 
 def _jsonable_time(value: datetime | str) -> str:
@@ -158,6 +167,113 @@ class Client:
         """One job by id (404 raises :class:`JobqError`)."""
         job: dict[str, Any] = await self._call("GET", f"/v1/jobs/{int(job_id)}")
         return job
+
+    async def wait(
+        self,
+        job_id: int,
+        *,
+        # Not a cancellation deadline (asyncio.timeout would lose the last answer): it sets
+        # each round's wait_seconds and when to raise WaitTimeout with the job as last seen.
+        timeout: float,  # noqa: ASYNC109
+        poll_seconds: float = WAIT_SECONDS_MAX,
+    ) -> dict[str, Any]:
+        """Waits until the job is finished (``succeeded``, ``dead`` or ``cancelled``); answers it.
+
+        Long-polls ``GET /v1/jobs/{id}?wait_seconds=`` in rounds of at most ``poll_seconds``
+        (20 s, the service's limit) until the job is finished or ``timeout`` seconds have
+        passed; the service answers each round the moment the job finishes and holds no
+        database connection meanwhile. A dead or cancelled job is answered like a succeeded
+        one: look at ``status`` (and ``result``, ``last_error``).
+
+        Raises :class:`WaitTimeout` (a ``TimeoutError``, carrying the unfinished job as last
+        seen) when the time runs out: the job goes on; waiting again, or later, is fine.
+        Raises :class:`JobqError` for an error answer that repeating will not mend (404 when
+        the job does not exist or was deleted); transient failures (5xx, 429, no connection)
+        are retried with a backoff within ``timeout``.
+        """
+        if not timeout >= 0:
+            raise ValueError("timeout must be >= 0")
+        if not 0 < poll_seconds <= WAIT_SECONDS_MAX:
+            raise ValueError(f"poll_seconds must be in (0, {WAIT_SECONDS_MAX:g}]")
+        deadline = time.monotonic() + timeout
+        job: dict[str, Any] | None = None
+        failures = Backoff()
+        pause = EARLY_ANSWER_PAUSE_FIRST_SECONDS
+        while True:
+            rounded = round(max(0.0, min(deadline - time.monotonic(), poll_seconds)), 3)
+            asked = time.monotonic()
+            try:
+                job = await self._wait_once(job_id, rounded)
+            except (JobqError, httpx.TransportError, ValueError) as exc:
+                if not is_transient(exc):
+                    raise
+                delay = failures.next()
+                if time.monotonic() + delay >= deadline:
+                    raise WaitTimeout(job_id, timeout, job) from exc
+                await asyncio.sleep(delay)
+                continue
+            failures.reset()
+            if job["status"] in FINISHED:
+                return job
+            now = time.monotonic()
+            if now >= deadline:
+                raise WaitTimeout(job_id, timeout, job)
+            if now - asked < 0.9 * rounded:
+                await asyncio.sleep(min(pause, deadline - now))
+                pause = min(pause * 2, EARLY_ANSWER_PAUSE_MAX_SECONDS)
+            else:
+                pause = EARLY_ANSWER_PAUSE_FIRST_SECONDS
+
+    async def _wait_once(self, job_id: int, wait_seconds: float) -> dict[str, Any]:
+        """One long-polling read of the job."""
+        # The answer may legitimately take the whole wait: read for that long plus the usual.
+        timeout = httpx.Timeout(self.timeout, read=self.timeout + wait_seconds)
+        job: dict[str, Any] = await self._call(
+            "GET",
+            f"/v1/jobs/{int(job_id)}",
+            params={"wait_seconds": wait_seconds},
+            request_timeout=timeout,
+        )
+        return job
+
+    async def enqueue_and_wait(
+        self,
+        type: str,
+        payload: Any = None,
+        *,
+        timeout: float,  # noqa: ASYNC109 - the wait's length, as in wait()
+        queue: str = "default",
+        priority: int = 0,
+        delay_seconds: float | None = None,
+        run_at: datetime | str | None = None,
+        max_attempts: int | None = None,
+        lease_seconds: int | None = None,
+        timeout_seconds: int | None = None,
+        idempotency_key: str | None = None,
+        concurrency_key: str | None = None,
+    ) -> dict[str, Any]:
+        """Enqueues one job (as :meth:`enqueue`) and waits for it to finish (as :meth:`wait`).
+
+        For short request / response work: ``timeout`` covers the wait, not the enqueue. On
+        :class:`WaitTimeout` the job stays enqueued (its id is in the exception); with an
+        ``idempotency_key``, calling again waits for the same job instead of adding one.
+        """
+        job = await self.enqueue(
+            type,
+            payload,
+            queue=queue,
+            priority=priority,
+            delay_seconds=delay_seconds,
+            run_at=run_at,
+            max_attempts=max_attempts,
+            lease_seconds=lease_seconds,
+            timeout_seconds=timeout_seconds,
+            idempotency_key=idempotency_key,
+            concurrency_key=concurrency_key,
+        )
+        if job["status"] in FINISHED:  # an idempotent replay of a job that finished
+            return job
+        return await self.wait(job["id"], timeout=timeout)
 
     async def list_jobs(
         self,

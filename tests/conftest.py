@@ -111,5 +111,10 @@ async def driver_pool(database_url: str) -> AsyncIterator[Any]:
 async def clean_db(engine: AsyncEngine) -> AsyncEngine:
     """Empties the tables before the test; answers the engine."""
     async with engine.begin() as conn:
-        await conn.execute(text("TRUNCATE jobs, queues, api_keys, audit_log RESTART IDENTITY"))
+        await conn.execute(
+            text(
+                "TRUNCATE jobs, queues, api_keys, audit_log, flow_limits, flow_state, schedules "
+                "RESTART IDENTITY"
+            )
+        )
     return engine

@@ -96,6 +96,8 @@ QueueName = Annotated[str, queue_name_rule(_QUEUE_MAX), queue_name_doc(_QUEUE_MA
 JobType = Annotated[str, at_most(setting_default("type_max_chars"))]
 WorkerId = Annotated[str, at_most(setting_default("worker_id_max_chars"))]
 IdempotencyKey = Annotated[str, at_most(setting_default("idempotency_key_max_chars"))]
+CONCURRENCY_KEY_MAX_CHARS = 255
+ConcurrencyKey = Annotated[str, at_most(CONCURRENCY_KEY_MAX_CHARS)]
 JobId = Annotated[int, Field(ge=1, le=MAX_BIGINT)]
 LeaseSeconds = Annotated[
     int, Field(ge=1, le=LEASE_SECONDS_MAX, description=f"Lease length, 1 to {LEASE_SECONDS_MAX} s.")
@@ -521,6 +523,13 @@ class AuditAction(enum.StrEnum):
     BULK_RETRY = "bulk.retry"
     BULK_CANCEL = "bulk.cancel"
     BULK_DELETE = "bulk.delete"
+    LIMIT_SET = "limit.set"
+    LIMIT_DELETE = "limit.delete"
+    SCHEDULE_CREATE = "schedule.create"
+    SCHEDULE_UPDATE = "schedule.update"
+    SCHEDULE_DELETE = "schedule.delete"
+    SCHEDULE_PAUSE = "schedule.pause"
+    SCHEDULE_RESUME = "schedule.resume"
 
 
 class AuditEntry(BaseModel):

@@ -142,6 +142,7 @@ class Repository:
             {
                 "queues": list(queues),
                 "max_jobs": len(slots),
+                "window": window,
                 "worker_ids": [slot.worker_id for slot in slots],
                 "key_ids": [slot.key_id for slot in slots],
                 "lease_seconds": [slot.lease_seconds for slot in slots],
@@ -493,6 +494,104 @@ class Repository:
             statement("job_due_in_queues").clause, {"queues": list(queues), "cap": cap}
         )
         return {row.queue: int(row.due) for row in result}
+
+    # -- awaiting results (app/queue/sql/results.sql) ---------------------------------------
+
+    async def job_await_mark(self, conn: Driver, *, job_id: int) -> JobRow | None:
+        """Marks an unfinished job as awaited and answers it; ``None``: finished, awaited already, or unknown."""
+        rows = await _fetch(conn, "job_await_mark", {"id": job_id})
+        return rows[0] if rows else None
+
+    async def job_await_settled(
+        self, conn: AsyncConnection, *, job_ids: Sequence[int]
+    ) -> list[int]:
+        """Which of these jobs are finished or gone."""
+        result = await conn.execute(statement("job_await_settled").clause, {"ids": list(job_ids)})
+        return [int(row.id) for row in result]
+
+    # -- schedules (periodic jobs, sql/schedules.sql) -------------------------------------------
+
+    # The scheduler's pass runs on a driver connection, in the transaction of the job_enqueue that
+    # enqueues its runs; the definitions' reads and changes take a SQLAlchemy connection.
+
+    async def schedule_due(
+        self, conn: Driver, *, batch_size: int, now: datetime | None = None
+    ) -> list[JobRow]:
+        """Locks at most ``batch_size`` due active schedules (SKIP LOCKED), with the clock (db_now)."""
+        return await _fetch(conn, "schedule_due", {"batch_size": batch_size, "now": now})
+
+    async def schedule_advance(
+        self, conn: Driver, *, items: Sequence[Mapping[str, Any]]
+    ) -> set[str]:
+        """Moves schedules to their next run where next_run_at is still ``expected``; the names moved."""
+        rows = await _fetch(conn, "schedule_advance", {"items": to_json(items)})
+        return {row["name"] for row in rows}
+
+    async def schedule_lock(self, conn: AsyncConnection, *, name: str) -> JobRow:
+        """Locks one schedule for a change; the row (``name`` None if there is none) with db_now."""
+        result = await conn.execute(statement("schedule_lock").clause, {"name": name})
+        return result.mappings().one()
+
+    async def schedule_upsert(
+        self, conn: AsyncConnection, *, values: Mapping[str, Any]
+    ) -> JobRow | None:
+        """Creates or replaces a schedule; the row written (with ``created``), ``None`` if unchanged."""
+        params = {**values, "payload": to_json(values["payload"])}
+        result = await conn.execute(statement("schedule_upsert").clause, params)
+        return result.mappings().one_or_none()
+
+    async def schedule_set_paused(
+        self,
+        conn: AsyncConnection,
+        *,
+        name: str,
+        paused: bool,
+        next_run_at: datetime | None = None,
+    ) -> JobRow | None:
+        """Pauses or resumes a schedule (a resume moves it to ``next_run_at``); ``None`` if it was so."""
+        result = await conn.execute(
+            statement("schedule_set_paused").clause,
+            {"name": name, "paused": paused, "next_run_at": next_run_at},
+        )
+        return result.mappings().one_or_none()
+
+    async def schedule_delete(self, conn: AsyncConnection, *, name: str) -> JobRow | None:
+        """Deletes one schedule; the row deleted, or ``None``."""
+        result = await conn.execute(statement("schedule_delete").clause, {"name": name})
+        return result.mappings().one_or_none()
+
+    async def schedule_delete_stale_file(
+        self, conn: AsyncConnection, *, names: Sequence[str]
+    ) -> list[JobRow]:
+        """Deletes the file's schedules that are not in ``names``; the rows deleted."""
+        result = await conn.execute(
+            statement("schedule_delete_stale_file").clause, {"names": list(names)}
+        )
+        return list(result.mappings().all())
+
+    async def schedule_get(self, conn: AsyncConnection, *, name: str) -> JobRow | None:
+        """One schedule by name, or ``None``."""
+        result = await conn.execute(statement("schedule_get").clause, {"name": name})
+        return result.mappings().one_or_none()
+
+    async def schedule_list(
+        self,
+        conn: AsyncConnection,
+        *,
+        after: str | None,
+        limit: int,
+        queue_patterns: Sequence[str] | None = None,
+    ) -> list[JobRow]:
+        """A page of schedules in name order after ``after``; with ``queue_patterns``, matching only."""
+        result = await conn.execute(
+            statement("schedule_list").clause,
+            {
+                "after": after,
+                "limit": limit,
+                "queue_patterns": list(queue_patterns) if queue_patterns is not None else None,
+            },
+        )
+        return list(result.mappings().all())
 
     # -- the control connection --------------------------------------------------------------
 

@@ -20,10 +20,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.errors import IdempotencyKeyReused, InvalidTransition, NotFound
 from app.queue.coalesce import Coalescer
+from app.queue.limits import FlowLimits
 from app.queue.operations import Operations
 from app.queue.repository import Driver, Repository
-from app.queue.states import JobStatus
+from app.queue.results import ResultHub
+from app.queue.scheduling import Scheduling
+from app.queue.states import FINISHED, JobStatus
 from app.queue.types import (
+    ClaimOutcome,
     ClaimSlot,
     JobEvent,
     JobRow,
@@ -35,8 +39,16 @@ from app.queue.types import (
 from app.queue.unit import TRANSACTION_TRIES, Announce, Observer, valid_id
 from app.queue.waiters import WaiterHub
 
+# While any limit exists, a claim reads this many candidates per slot, so jobs over a limit can
+# be skipped for the next eligible ones.
+FLOW_WINDOW = 2
+# Claim statements one claim may run when limits made it skip jobs or create flow_state rows.
+FLOW_TRIES = 3
+# A waiter re-claims this long after a bucket's computed refill, so the token is surely there.
+REFILL_SLACK = 0.002
 
-class JobService(Operations):
+
+class JobService(Operations, FlowLimits, Scheduling):
     """The queue's operations: enqueue, read, claim, lease transitions, maintenance; and the ops
     reads and actions it inherits (app/queue/operations.py)."""
 

@@ -41,6 +41,15 @@ NEEDS: dict[tuple[str, str], str] = {
     ("POST", "/v1/queues/{name}/resume"): Permission.OPERATE,
     ("GET", "/v1/workers"): Permission.OBSERVE,
     ("GET", "/v1/audit"): Permission.OBSERVE,
+    ("GET", "/v1/limits"): Permission.OBSERVE,
+    ("PUT", "/v1/limits"): Permission.OPERATE,
+    ("DELETE", "/v1/limits/{limit_id}"): Permission.OPERATE,
+    ("GET", "/v1/schedules"): Permission.OBSERVE,
+    ("GET", "/v1/schedules/{name}"): Permission.OBSERVE,
+    ("PUT", "/v1/schedules/{name}"): Permission.OPERATE,
+    ("DELETE", "/v1/schedules/{name}"): Permission.OPERATE,
+    ("POST", "/v1/schedules/{name}/pause"): Permission.OPERATE,
+    ("POST", "/v1/schedules/{name}/resume"): Permission.OPERATE,
     ("GET", "/metrics"): Permission.OBSERVE,  # not in the spec (Prometheus text)
     ("GET", "/healthz"): PUBLIC,
     ("GET", "/readyz"): PUBLIC,
@@ -72,7 +81,14 @@ async def _seed(admin: httpx.AsyncClient) -> dict[str, Any]:
         "jobs"
     ]
     assert lease["id"] == held["id"]
-    return {"pending": pending, "lease": lease}
+    schedule = {"interval_seconds": 3600, "template": {"queue": "emails", "type": "t"}}
+    r = await admin.put("/v1/schedules/emails", json=schedule)
+    assert r.status_code in (200, 201), r.text
+    r = await admin.put(
+        "/v1/limits", json={"scope": "queue", "pattern": "emails", "max_running": 5}
+    )
+    assert r.status_code in (200, 201), r.text
+    return {"pending": pending, "lease": lease, "limit": r.json()}
 
 
 def _body(method: str, path: str, seed: dict[str, Any]) -> dict[str, Any] | None:
@@ -86,6 +102,11 @@ def _body(method: str, path: str, seed: dict[str, Any]) -> dict[str, Any] | None
         ("POST", "/v1/fail"): {"worker_id": "w", "leases": [lease]},
         ("POST", "/v1/release"): {"worker_id": "w", "leases": [lease]},
         ("POST", "/v1/jobs/bulk/{action}"): {"queue": "emails"},
+        ("PUT", "/v1/limits"): {"scope": "queue", "pattern": "emails", "max_running": 3},
+        ("PUT", "/v1/schedules/{name}"): {
+            "interval_seconds": 60,
+            "template": {"queue": "emails", "type": "t"},
+        },
     }.get((method, path))
 
 
@@ -94,6 +115,7 @@ def _url(path: str, seed: dict[str, Any]) -> str:
         path.replace("{job_id}", str(seed["pending"]["id"]))
         .replace("{name}", "emails")
         .replace("{action}", "cancel")
+        .replace("{limit_id}", str(seed["limit"]["id"]))
     )
 
 
@@ -171,7 +193,7 @@ async def test_a_wrong_scope_key_of_the_right_role_is_refused_or_sees_nothing(
         response = await c.request(method, _url(path, seed), json=_body(method, path, seed))
     assert response.status_code < 500, response.text
     listings = {"/v1/jobs": "jobs", "/v1/queues": "queues", "/v1/workers": "workers"}
-    listings["/v1/audit"] = "entries"
+    listings |= {"/v1/audit": "entries", "/v1/limits": "limits", "/v1/schedules": "schedules"}
     if method == "GET" and path in listings:
         assert response.status_code == 200
         assert response.json()[listings[path]] == []
@@ -182,6 +204,10 @@ async def test_a_wrong_scope_key_of_the_right_role_is_refused_or_sees_nothing(
         assert response.status_code == 200
         assert [r["ok"] for r in response.json()["results"]] == [False]
         assert response.json()["results"][0]["error"] == "lease_lost"
+    elif path.startswith("/v1/limits"):
+        # A limit may reach any queue's jobs: only keys without scopes change them.
+        assert response.status_code == 403, response.text
+        assert response.json()["errors"][0]["message"] == "limits need an unscoped admin key"
     else:
         assert response.status_code == 403, response.text
         assert response.headers["content-type"] == "application/problem+json"

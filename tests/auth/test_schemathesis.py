@@ -81,7 +81,7 @@ schema = schemathesis.openapi.from_path(ROOT / "openapi.json", config=CONFIG)
 
 
 def _cut_wait_short(case: Case[Any]) -> None:
-    """Cuts a valid claim's long-poll wait short, so an empty queue costs no 20 s."""
+    """Cuts a valid long-poll wait short, so an empty queue or an unfinished job costs no 20 s."""
     body = case.body
     if case.operation.path == "/v1/claim" and isinstance(body, dict):
         wait = body.get("wait_seconds")
@@ -139,7 +139,11 @@ async def _reset(database_url: str) -> str:
     engine = create_async_engine(async_url(database_url), poolclass=NullPool)
     try:
         async with engine.begin() as conn:
-            await conn.execute(text("TRUNCATE jobs, queues, api_keys RESTART IDENTITY"))
+            await conn.execute(
+                text(
+                    "TRUNCATE jobs, queues, api_keys, schedules, flow_limits, flow_state RESTART IDENTITY"
+                )
+            )
             return await store.create_key(conn, name="schemathesis", role=Role.ADMIN, queues=None)
     finally:
         await engine.dispose()
@@ -149,7 +153,11 @@ async def _empty(database_url: str) -> None:
     engine = create_async_engine(async_url(database_url), poolclass=NullPool)
     try:
         async with engine.begin() as conn:
-            await conn.execute(text("TRUNCATE jobs, queues, api_keys RESTART IDENTITY"))
+            await conn.execute(
+                text(
+                    "TRUNCATE jobs, queues, api_keys, schedules, flow_limits, flow_state RESTART IDENTITY"
+                )
+            )
     finally:
         await engine.dispose()
 

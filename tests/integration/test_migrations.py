@@ -61,6 +61,10 @@ def test_upgrade_downgrade_upgrade_round_trip(empty_database: str) -> None:
         "jobq_counts_updated",
         "jobq_counts_deleted",
         "jobq_counts_truncated",
+        "jobq_flow_counted_deleted",
+        "jobq_flow_counted_updated",
+        "jobq_flow_truncated",
+        "jobq_notify_finished",
     }
     downgrade(empty_database, "base")
     assert asyncio.run(_inspect(empty_database, _tables)) == {"alembic_version"}
