@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
+from urllib.parse import quote
 
 import httpx
 
@@ -298,6 +299,72 @@ class Client:
         """Moves a dead, cancelled or succeeded job back to pending; answers it."""
         job: dict[str, Any] = await self._call("POST", f"/v1/jobs/{int(job_id)}/retry")
         return job
+
+    # -- periodic jobs (admin writes, viewers read) -------------------------------------------
+
+    async def put_schedule(
+        self,
+        name: str,
+        template: Mapping[str, Any],
+        *,
+        cron: str | None = None,
+        interval_seconds: int | None = None,
+        timezone: str = "UTC",
+        catch_up: int | None = None,
+        paused: bool | None = None,
+    ) -> dict[str, Any]:
+        """Creates or replaces the schedule ``name``; answers it with its ``next_run_at``.
+
+        Give ``cron`` (5 fields, or 6 with seconds first) or ``interval_seconds``; ``template``
+        is the job each run enqueues (``queue``, ``type``, ``payload``, ``priority``,
+        ``max_attempts``, ``lease_seconds``, ``timeout_seconds``, ``concurrency_key``).
+        ``catch_up``: how many missed runs to enqueue after downtime (server default when None).
+        """
+        body: dict[str, Any] = {"timezone": timezone, "template": dict(template)}
+        optional = {
+            "cron": cron,
+            "interval_seconds": interval_seconds,
+            "catch_up": catch_up,
+            "paused": paused,
+        }
+        body.update({k: v for k, v in optional.items() if v is not None})
+        schedule: dict[str, Any] = await self._call(
+            "PUT", f"/v1/schedules/{quote(name, safe='')}", json=body
+        )
+        return schedule
+
+    async def get_schedule(self, name: str) -> dict[str, Any]:
+        """One schedule (404 raises :class:`JobqError`)."""
+        schedule: dict[str, Any] = await self._call("GET", f"/v1/schedules/{quote(name, safe='')}")
+        return schedule
+
+    async def schedules(self, *, limit: int = 50, after: str | None = None) -> dict[str, Any]:
+        """One page of schedules: ``{"schedules": [...], "next_cursor": str | None}``."""
+        page: dict[str, Any] = await self._call(
+            "GET", "/v1/schedules", params={"limit": limit, "after": after}
+        )
+        return page
+
+    async def delete_schedule(self, name: str) -> dict[str, Any]:
+        """Deletes a schedule (the jobs it enqueued stay); answers it as it was."""
+        schedule: dict[str, Any] = await self._call(
+            "DELETE", f"/v1/schedules/{quote(name, safe='')}"
+        )
+        return schedule
+
+    async def pause_schedule(self, name: str) -> dict[str, Any]:
+        """Stops a schedule from enqueueing runs; answers it."""
+        schedule: dict[str, Any] = await self._call(
+            "POST", f"/v1/schedules/{quote(name, safe='')}/pause"
+        )
+        return schedule
+
+    async def resume_schedule(self, name: str) -> dict[str, Any]:
+        """Lets a schedule run again from its first run after now; answers it."""
+        schedule: dict[str, Any] = await self._call(
+            "POST", f"/v1/schedules/{quote(name, safe='')}/resume"
+        )
+        return schedule
 
     # -- concurrency and rate limits (admin) ------------------------------------------------
 

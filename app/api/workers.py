@@ -3,9 +3,8 @@
 # No ``from __future__ import annotations`` here: the endpoints are annotated with request models
 # built for the app's settings inside build_router, which FastAPI must see as classes.
 
-import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Annotated
 
 from fastapi import APIRouter, Request, Response
@@ -14,6 +13,7 @@ from pydantic import AfterValidator, Field, JsonValue
 from app.api import schemas as wire
 from app.api.auth import allow_queues, requires
 from app.api.deps import Service
+from app.api.disconnect import client_gone
 from app.api.lean import LeanRoute
 from app.api.render import claimed, json_response, lease_results_response
 from app.api.schemas import ClaimResponse, LeaseResults, StrictModel, json_size_at_most
@@ -25,26 +25,6 @@ from app.settings import Settings
 def _items(leases: Sequence[StrictModel]) -> list[dict[str, object]]:
     # exclude_unset: an absent checkpoint keeps the stored one, an explicit null clears it.
     return [item.model_dump(mode="json", exclude_unset=True) for item in leases]
-
-
-@contextlib.asynccontextmanager
-async def _client_gone(request: Request) -> AsyncIterator[asyncio.Event]:
-    """An event set when the HTTP client disconnects (watched only for the span of the block)."""
-    gone = asyncio.Event()
-
-    async def watch() -> None:
-        # The body was read already: the next message is the disconnect (or the end of the cycle).
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-        gone.set()
-
-    watcher = asyncio.create_task(watch(), name="jobq-claim-disconnect")
-    try:
-        yield gone
-    finally:
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
 
 
 Worker = Annotated[Principal, requires(Permission.WORK)]
@@ -135,9 +115,7 @@ def build_router(settings: Settings) -> APIRouter:
         async with contextlib.AsyncExitStack() as stack:
             # Only a claim that may wait needs to notice the client leaving.
             gone = (
-                await stack.enter_async_context(_client_gone(request))
-                if body.wait_seconds
-                else None
+                await stack.enter_async_context(client_gone(request)) if body.wait_seconds else None
             )
             rows = await service.claim(
                 worker_id=body.worker_id,

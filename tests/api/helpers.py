@@ -2,9 +2,39 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
+from asgi_lifespan import LifespanManager
+
+from app.main import create_app
+from app.settings import Settings
+
+# A backstop far longer than any wait in the tests: a long poll that returns early was woken,
+# not polled.
+SLOW_BACKSTOP = 20.0
+
+
+@asynccontextmanager
+async def running_app(database_url: str, **overrides: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """An app with its lifespan (control connection, optional maintenance) and a client of it;
+    ``client.app`` is the app."""
+    settings = {
+        "database_url": database_url,
+        "maintenance_enabled": False,
+        "longpoll_backstop_seconds": SLOW_BACKSTOP,
+        **overrides,
+    }
+    application = create_app(Settings(**settings))
+    async with LifespanManager(application):
+        transport = httpx.ASGITransport(app=application)
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://jobq.test", timeout=30
+        ) as client:
+            client.app = application  # type: ignore[attr-defined]
+            yield client
 
 
 async def enqueue(client: httpx.AsyncClient, **fields: Any) -> dict[str, Any]:

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
 import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -19,37 +17,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.api.state import app_state
 from app.auth.keys import Role
 from app.db import driver_dsn
-from app.main import create_app
 from app.queue.service import JobService
-from app.settings import Settings
 from app.wakeup.result_backstop import ResultBackstop
-from tests.api.helpers import claim, enqueue, lease, lease_call
+from tests.api.helpers import claim, enqueue, lease, lease_call, running_app
 from tests.auth.conftest import bearer, make_key
 from tests.polling import poll_until
 
-# A backstop far longer than any wait below: a read that returns early was woken, not polled.
-SLOW_BACKSTOP = 20.0
 # How long a woken read may take to answer (a notification, one read, the response).
 PROMPT_SECONDS = 2.0
-
-
-@asynccontextmanager
-async def running_app(database_url: str, **overrides: Any) -> AsyncIterator[httpx.AsyncClient]:
-    """An app with its lifespan (control connection) and a client; ``client.app`` is the app."""
-    settings = {
-        "database_url": database_url,
-        "maintenance_enabled": False,
-        "longpoll_backstop_seconds": SLOW_BACKSTOP,
-        **overrides,
-    }
-    application = create_app(Settings(**settings))
-    async with LifespanManager(application):
-        transport = httpx.ASGITransport(app=application)
-        async with httpx.AsyncClient(
-            transport=transport, base_url="http://jobq.test", timeout=30
-        ) as client:
-            client.app = application  # type: ignore[attr-defined]
-            yield client
 
 
 def service_of(client: httpx.AsyncClient) -> JobService:

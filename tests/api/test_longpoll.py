@@ -4,44 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.api.state import app_state
-from app.main import create_app
-from app.settings import Settings
-from tests.api.helpers import claim, enqueue
+from tests.api.helpers import claim, enqueue, running_app
 from tests.polling import poll_until
-
-# A backstop far longer than any wait below: a claim that returns early was woken, not polled.
-SLOW_BACKSTOP = 20.0
-
-
-@asynccontextmanager
-async def running_app(database_url: str, **overrides: Any) -> AsyncIterator[httpx.AsyncClient]:
-    """An app instance with its lifespan (control connection, optional maintenance)."""
-    settings = {
-        "database_url": database_url,
-        "maintenance_enabled": False,
-        "longpoll_backstop_seconds": SLOW_BACKSTOP,
-        **overrides,
-    }
-    application = create_app(Settings(**settings))
-    async with LifespanManager(application):
-        transport = httpx.ASGITransport(app=application)
-        async with httpx.AsyncClient(
-            transport=transport, base_url="http://jobq.test", timeout=30
-        ) as client:
-            client.app = application  # type: ignore[attr-defined]
-            yield client
 
 
 def parked(client: httpx.AsyncClient) -> Callable[[], Awaitable[bool]]:
