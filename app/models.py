@@ -7,6 +7,7 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     Column,
+    Computed,
     DateTime,
     Float,
     Identity,
@@ -221,9 +222,19 @@ flow_state = Table(
     Column("rate_limit", Integer, nullable=True),
     Column("rate_per_seconds", Float, nullable=True),
     Column("tokens", Float, nullable=True),
+    # At its max_running now, and when an emptied bucket has a whole token again: what a claim
+    # skips before it locks anything (partial indexes: only such rows).
+    Column("at_limit", Boolean, Computed("running >= max_running", persisted=True)),
+    Column("blocked_until", DateTime(timezone=True), nullable=True),
     Column("refilled_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     CheckConstraint("running >= 0", name="running"),
+    Index("ix_flow_state_at_limit", "key", postgresql_where=text("at_limit")),
+    Index(
+        "ix_flow_state_blocked_until",
+        "blocked_until",
+        postgresql_where=text("blocked_until IS NOT NULL"),
+    ),
 )
 
 # API keys (migration 0007): the SHA-256 of each secret, never the secret; revoked, not deleted.

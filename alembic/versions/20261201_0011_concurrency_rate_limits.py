@@ -16,7 +16,9 @@ Create Date: 2026-12-01
   how many of its jobs run now and its bucket's tokens as of ``refilled_at``. The claim locks
   these rows ``FOR UPDATE`` in key order, reads their newest version, grants and writes them in
   the same statement; ``max_running`` and the rate columns repeat the limit the last claim
-  applied, so a claim can skip a full key's jobs before it locks anything.
+  applied, and ``at_limit`` (generated) and ``blocked_until`` (when an emptied bucket has a
+  token again) let a claim skip a full key's jobs before it locks anything, through two partial
+  indexes that hold only such rows.
 - ``jobq_flow_counted_updated()`` / ``_deleted()``: statement triggers that keep
   ``flow_state.running``: a claim that took slots adds them (while it still holds the rows'
   locks), and jobs leaving ``running`` (complete, fail, release, cancel, the reaper, a delete)
@@ -195,6 +197,13 @@ def upgrade() -> None:
         sa.Column("rate_per_seconds", sa.Float(), nullable=True),
         sa.Column("tokens", sa.Float(), nullable=True),
         sa.Column(
+            "at_limit",
+            sa.Boolean(),
+            sa.Computed("running >= max_running", persisted=True),
+            nullable=True,
+        ),
+        sa.Column("blocked_until", sa.DateTime(timezone=True), nullable=True),
+        sa.Column(
             "refilled_at",
             sa.DateTime(timezone=True),
             server_default=sa.text("now()"),
@@ -208,6 +217,17 @@ def upgrade() -> None:
         ),
         sa.CheckConstraint("running >= 0", name=op.f("ck_flow_state_running")),
         sa.PrimaryKeyConstraint("key", name=op.f("pk_flow_state")),
+    )
+    # What a claim skips before it locks anything: keys and queues at their max_running, and
+    # empty buckets until they refill; both indexes hold only such rows, however many keys exist.
+    op.create_index(
+        "ix_flow_state_at_limit", "flow_state", ["key"], postgresql_where=sa.text("at_limit")
+    )
+    op.create_index(
+        "ix_flow_state_blocked_until",
+        "flow_state",
+        ["blocked_until"],
+        postgresql_where=sa.text("blocked_until IS NOT NULL"),
     )
     _actions_check(_AFTER)
     op.execute(_FLOW_COUNTED_UPDATED)

@@ -122,23 +122,43 @@ class Repository:
     # -- workers -----------------------------------------------------------------------------
 
     async def job_claim(
+        self, conn: Driver, *, queues: Sequence[str], slots: Sequence[ClaimSlot]
+    ) -> ClaimOutcome:
+        """Leases up to one due job per slot (its worker, key and lease length), best job to slot 1,
+        while no limit exists; with limits it takes nothing and says so (``flow_active``).
+
+        Answers one entry per slot, in order: the row leased in it, or ``None`` when fewer jobs
+        were due than slots asked.
+        """
+        return await self._claim(conn, "job_claim", queues=queues, slots=slots, window=1)
+
+    async def job_claim_limited(
         self,
         conn: Driver,
         *,
         queues: Sequence[str],
         slots: Sequence[ClaimSlot],
-        window: int = 1,
+        window: int,
     ) -> ClaimOutcome:
-        """Leases up to one due job per slot (its worker, key and lease length), best job to slot 1,
-        within the concurrency and rate limits; ``window``: how many candidates per slot to read.
+        """As :meth:`job_claim`, within the concurrency and rate limits, reading ``window``
+        candidates per slot; also reports the limited rows it found missing or held by others
+        and when an empty bucket refills."""
+        return await self._claim(
+            conn, "job_claim_limited", queues=queues, slots=slots, window=window
+        )
 
-        Answers one entry per slot, in order: the row leased in it, or ``None`` when fewer jobs
-        were due (or within their limits) than slots asked; and what the statement reported of
-        the limits.
-        """
+    async def _claim(
+        self,
+        conn: Driver,
+        name: str,
+        *,
+        queues: Sequence[str],
+        slots: Sequence[ClaimSlot],
+        window: int,
+    ) -> ClaimOutcome:
         rows = await _fetch(
             conn,
-            "job_claim",
+            name,
             {
                 "queues": list(queues),
                 "max_jobs": len(slots),

@@ -42,8 +42,9 @@ from app.queue.waiters import WaiterHub
 # While any limit exists, a claim reads this many candidates per slot, so jobs over a limit can
 # be skipped for the next eligible ones.
 FLOW_WINDOW = 2
-# Claim statements one claim may run when limits made it skip jobs or create flow_state rows.
-FLOW_TRIES = 3
+# Claim statements one claim may run when limits appeared, or made it skip jobs or create
+# flow_state rows.
+FLOW_TRIES = 4
 # A waiter re-claims this long after a bucket's computed refill, so the token is surely there.
 REFILL_SLACK = 0.002
 
@@ -338,21 +339,26 @@ class JobService(Operations, FlowLimits, Scheduling):
     ) -> Sequence[JobRow | None]:
         """One claim statement for the slots of one or many claim requests on these queues.
 
-        When the statement met limited keys or queues that have no flow_state row yet, the rows
-        are created (a statement of their own, which locks nothing else); when it skipped keys
-        whose rows other transactions held, or created rows, the slots left empty are claimed
-        again, up to FLOW_TRIES statements in all.
+        While no limit exists this is the lean claim statement. Once limits exist (the lean one
+        then takes nothing and says so) it is job_claim_limited; when that met limited keys or
+        queues that have no flow_state row yet, the rows are created (a statement of their own,
+        which locks nothing else); when it skipped keys whose rows other transactions held, or
+        created rows, the slots left empty are claimed again, up to FLOW_TRIES statements in all.
         """
         by_slot: list[JobRow | None] = [None] * len(slots)
         empty = list(range(len(slots)))
         for _ in range(FLOW_TRIES):
-            window = FLOW_WINDOW if self._flow_active else 1
+            limited = self._flow_active
             asked = [slots[i] for i in empty]
 
             async def work(
-                conn: Driver, asked: list[ClaimSlot] = asked, window: int = window
+                conn: Driver, asked: list[ClaimSlot] = asked, limited: bool = limited
             ) -> ClaimOutcome:
-                return await self.repo.job_claim(conn, queues=queues, slots=asked, window=window)
+                if limited:
+                    return await self.repo.job_claim_limited(
+                        conn, queues=queues, slots=asked, window=FLOW_WINDOW
+                    )
+                return await self.repo.job_claim(conn, queues=queues, slots=asked)
 
             self.statements["claim"] += 1
             outcome = await self._run_hot(work)
@@ -360,6 +366,8 @@ class JobService(Operations, FlowLimits, Scheduling):
             for i, row in zip(empty, outcome.by_slot, strict=True):
                 by_slot[i] = row
             empty = [i for i in empty if by_slot[i] is None]
+            if not limited and outcome.flow_active:
+                continue  # limits appeared: the lean statement took nothing; claim within them
             if outcome.flow_missing:
                 missing = outcome.flow_missing
 

@@ -154,7 +154,10 @@ async def test_a_rate_limit_refills_from_the_database_clock(
     # Half an hour of the bucket's clock later, one token is back.
     async with clean_db.begin() as conn:
         await conn.execute(
-            text("UPDATE flow_state SET refilled_at = refilled_at - interval '30 minutes'")
+            text(
+                "UPDATE flow_state SET refilled_at = refilled_at - interval '30 minutes', "
+                "blocked_until = blocked_until - interval '30 minutes'"
+            )
         )
     assert (
         len(await svc.claim(worker_id="w", queues=["default"], max_jobs=5, lease_seconds=30)) == 1

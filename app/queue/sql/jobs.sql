@@ -55,6 +55,96 @@ JOIN jobs j ON j.queue = k.queue AND j.idempotency_key = k.idempotency_key;
 SELECT * FROM jobs WHERE id = :id;
 
 -- name: job_claim
+-- Leases up to :max_jobs due jobs from the given unpaused queues, best priority first, locking only the rows it takes, while no limit exists (else it takes nothing); slot k goes to worker_ids[k] of key_ids[k] with lease_seconds[k].
+-- Each queue is walked in ix_jobs_claimable order (no sort of the backlog). With several queues,
+-- an unlocked look at each queue's head first decides how many jobs each gives (its share of the
+-- best :max_jobs); the locking walk then takes that many per queue, skipping rows others hold.
+-- The jobs taken are numbered in claim order: slot k is leased to worker_ids[k] (of the API
+-- key key_ids[k], NULL without keys) for lease_seconds[k] (NULL: the job's own), so several
+-- concurrent claims share one statement.
+-- While any limit exists (flow_limits) this statement takes nothing: claims then run
+-- job_claim_limited below. This one stays as lean as it was before limits (measured: that one
+-- costs about four times as much a call, most of it planning), and the service learns when
+-- limits come and go from the jobq_limits channel, from job_claim_limited's report, and when
+-- this statement answers nothing.
+WITH queue_names AS MATERIALIZED (
+    SELECT DISTINCT q.name
+    FROM unnest(CAST(:queues AS text[])) AS q(name)
+    WHERE NOT EXISTS (SELECT 1 FROM queues p WHERE p.name = q.name AND p.paused)
+      AND NOT EXISTS (SELECT 1 FROM flow_limits)
+),
+shares AS (
+    SELECT name AS queue, CAST(:max_jobs AS int) AS take
+    FROM queue_names
+    WHERE (SELECT count(*) FROM queue_names) = 1
+    UNION ALL
+    SELECT best.queue, count(*)::int
+    FROM (
+        SELECT c.queue
+        FROM queue_names qn
+        CROSS JOIN LATERAL (
+            -- Pending means due (scheduled jobs are another state), so this look needs no run_at
+            -- bound; without one, only ix_jobs_claimable yields this order and it reads the head.
+            -- The locking walk below still checks run_at, for rows older code may write.
+            SELECT j.queue, j.priority, j.run_at, j.id
+            FROM jobs j
+            WHERE j.queue = qn.name AND j.status = 'pending'
+            ORDER BY j.priority DESC, j.run_at, j.id
+            LIMIT :max_jobs
+        ) c
+        ORDER BY c.priority DESC, c.run_at, c.id
+        LIMIT :max_jobs
+    ) best
+    WHERE (SELECT count(*) FROM queue_names) > 1
+    GROUP BY best.queue
+),
+picked AS MATERIALIZED (
+    SELECT l.id, l.priority, l.run_at
+    FROM shares s
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.run_at
+        FROM jobs j
+        WHERE j.queue = s.queue AND j.status = 'pending' AND j.run_at <= now()
+        ORDER BY j.priority DESC, j.run_at, j.id
+        LIMIT s.take
+        FOR UPDATE SKIP LOCKED
+    ) l
+    -- The shares add up to at most :max_jobs; saying so lets the planner join by index.
+    LIMIT :max_jobs
+),
+slotted AS (
+    SELECT p.id,
+           p.slot,
+           (CAST(:worker_ids AS text[]))[p.slot] AS worker_id,
+           (CAST(:key_ids AS bigint[]))[p.slot] AS key_id,
+           (CAST(:lease_seconds AS int[]))[p.slot] AS lease_seconds
+    FROM (SELECT id, row_number() OVER (ORDER BY priority DESC, run_at, id) AS slot
+          FROM picked) p
+),
+claimed AS (
+    UPDATE jobs j
+        SET status = 'running',
+        attempts = j.attempts + 1,
+        lease_id = gen_random_uuid(),
+        worker_id = s.worker_id,
+        lease_key_id = s.key_id,
+        lease_instance = CAST(:instance AS text),
+        lease_ended_by = NULL,
+        flow_keys = NULL,
+        lease_granted_seconds = COALESCE(s.lease_seconds, j.lease_seconds),
+        lease_expires_at = now() + make_interval(secs => LEAST(
+            COALESCE(s.lease_seconds, j.lease_seconds),
+            COALESCE(j.timeout_seconds, 2147483647))),
+        started_at = now(),
+        updated_at = now()
+    FROM slotted s
+    WHERE j.id = s.id
+    RETURNING s.slot, j.*
+)
+SELECT c.*, EXISTS (SELECT 1 FROM flow_limits) AS flow_active
+FROM (SELECT 1) one LEFT JOIN claimed c ON true;
+
+-- name: job_claim_limited
 -- Leases up to :max_jobs due jobs from the given unpaused queues, best priority first, within their concurrency and rate limits, locking only the rows it takes; slot k goes to worker_ids[k] of key_ids[k] with lease_seconds[k].
 -- Each queue is walked in ix_jobs_claimable order (no sort of the backlog). With several queues,
 -- an unlocked look at each queue's head first decides how many jobs each gives (its share of the
@@ -76,14 +166,12 @@ SELECT * FROM jobs WHERE id = :id;
 -- held by others (the caller claims again if it got nothing), flow_refill_seconds, when the first
 -- empty bucket gets a token back, and flow_active, whether any limit exists.
 WITH blocked AS MATERIALIZED (
-    SELECT f.key,
-           CASE WHEN f.rate_limit IS NOT NULL THEN
-               (1 - f.tokens) * f.rate_per_seconds / f.rate_limit
-               - EXTRACT(EPOCH FROM now() - f.refilled_at)::float8 END AS refill_seconds
+    -- Through two partial indexes that hold only such rows, however many keys there are.
+    SELECT f.key, CAST(NULL AS float8) AS refill_seconds FROM flow_state f WHERE f.at_limit
+    UNION ALL
+    SELECT f.key, EXTRACT(EPOCH FROM f.blocked_until - now())::float8
     FROM flow_state f
-    WHERE f.running >= f.max_running
-       OR f.tokens + EXTRACT(EPOCH FROM now() - f.refilled_at)::float8
-              * f.rate_limit / f.rate_per_seconds < 1
+    WHERE f.blocked_until > now()
 ),
 queue_names AS MATERIALIZED (
     SELECT DISTINCT q.name
@@ -232,6 +320,9 @@ flow_taken AS (
     -- running is counted by the trigger on jobs (migration 0011) from the claimed rows' flow_keys,
     -- at the end of this statement, while it still holds these rows' locks.
     SET tokens = CASE WHEN r.rate_limit IS NULL THEN NULL ELSE r.tokens - t.n END,
+        blocked_until = CASE WHEN r.tokens - t.n < 1 THEN
+            now() + make_interval(secs => (1 - (r.tokens - t.n)) * r.rate_per_seconds
+                                          / r.rate_limit) END,
         refilled_at = now(),
         max_running = r.max_running,
         rate_limit = r.rate_limit,

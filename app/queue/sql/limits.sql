@@ -24,7 +24,7 @@ WITH upserted AS (
 ),
 hints AS (
     UPDATE flow_state f
-    SET max_running = NULL, rate_limit = NULL, rate_per_seconds = NULL
+    SET max_running = NULL, rate_limit = NULL, rate_per_seconds = NULL, blocked_until = NULL
     WHERE f.key LIKE CAST(:scope AS text) || ':' || CAST(:like_pattern AS text)
 )
 SELECT * FROM upserted;
@@ -36,7 +36,7 @@ WITH deleted AS (
 ),
 hints AS (
     UPDATE flow_state f
-    SET max_running = NULL, rate_limit = NULL, rate_per_seconds = NULL
+    SET max_running = NULL, rate_limit = NULL, rate_per_seconds = NULL, blocked_until = NULL
     FROM deleted d
     WHERE f.key LIKE d.scope || ':' || d.like_pattern
 )
