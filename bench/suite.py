@@ -121,10 +121,16 @@ ROWS = (
     Row("drain_1_max50", "drain, 1 worker, max_jobs 50", "drain", 1, max_jobs=50),
     Row("drain_4_max50", "drain, 4 workers, max_jobs 50", "drain", 4, max_jobs=50),
     Row("drain_16_max50", "drain, 16 workers, max_jobs 50", "drain", 16, max_jobs=50),
-    Row("drain_16_max1_keys", "drain, 16 workers, max_jobs 1, 20 keys", "drain", 16, keys=20),
+    Row(
+        "drain_16_max1_keys",
+        "drain, 16 workers, max_jobs 1, 20 concurrency keys",
+        "drain",
+        16,
+        keys=20,
+    ),
     Row(
         "drain_16_max50_keys",
-        "drain, 16 workers, max_jobs 50, 20 keys",
+        "drain, 16 workers, max_jobs 50, 20 concurrency keys",
         "drain",
         16,
         max_jobs=50,
