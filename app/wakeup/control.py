@@ -155,15 +155,19 @@ class ControlChannel:
         if not self.peers:
             return  # nobody else listens: no notification, no transaction
         self._pending[queue] = self._pending.get(queue, 0) + count
-        if self._flush_task is None or self._flush_task.done():
-            # Leading edge: the first announcement goes out at once; those that arrive while it
-            # is being sent, or within the window after it, go out together in the next one.
-            self._flush_task = asyncio.create_task(self._flush_then_hold(), name="jobq-notify")
+        # Leading edge: the first announcement goes out at once; those that arrive while it is
+        # being sent, or within the window after it, go out together in the next one.
+        self._flush_soon()
 
     async def _flush_then_hold(self) -> None:
-        while self._pending:
+        # While the connection is down the wake-ups wait in _pending; the reconnect sends them.
+        while self._pending and self._conn is not None:
             await self._flush()
             await asyncio.sleep(self.coalesce_window)
+
+    def _flush_soon(self) -> None:
+        if self._pending and (self._flush_task is None or self._flush_task.done()):
+            self._flush_task = asyncio.create_task(self._flush_then_hold(), name="jobq-notify")
 
     async def _flush(self) -> None:
         pending, self._pending = self._pending, {}
@@ -172,7 +176,8 @@ class ControlChannel:
         try:
             async with self._io:
                 if self._conn is None:
-                    sent = True  # nobody to tell: other instances rely on their backstop
+                    # Down: kept for the reconnect (dropping them left a claim parked on another
+                    # instance until its backstop, which backs off while the database is away).
                     return
                 try:
                     await self.repo.wakeup_notify(self._driver, channel=CHANNEL, payloads=payloads)
@@ -292,6 +297,7 @@ class ControlChannel:
             for callback in self.listeners.values():
                 callback(None)  # whatever changed while we were not listening
             await self._hello()  # other instances learn of us, and answer so we learn of them
+            self._flush_soon()  # wake-ups announced while the connection was down
             if not first:
                 # Notifications may have been missed while we were away: nobody sleeps through.
                 logger.info("control connection restored; waking every waiter")

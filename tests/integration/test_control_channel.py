@@ -76,3 +76,48 @@ async def test_an_instance_alone_sends_no_wake_ups_and_learns_of_a_newcomer_at_o
         await alone.stop()
         await listener.close()
         await engine.dispose()
+
+
+async def test_wake_ups_announced_while_the_connection_is_down_go_out_when_it_is_back(
+    database_url: str,
+) -> None:
+    heard: list[str] = []
+    listener = await asyncpg.connect(database_url.replace("+asyncpg", ""))
+    await listener.add_listener(CHANNEL, lambda *args: heard.append(args[-1]))
+    engine = create_async_engine(async_url(database_url), poolclass=NullPool)
+    control = ControlChannel(engine=engine, repository=repository(), hub=WaiterHub())
+    control.start()
+    try:
+        assert await control.wait_connected(5)
+        await listener.execute("SELECT pg_notify($1, 'other-instance 0 ')", CHANNEL)
+        await poll_until(lambda: bool(control.peers), within=5, what="the peer to be heard")
+        # Reconnecting fails until the gate opens: the channel sits in its backoff, down.
+        gate = asyncio.Event()
+        connect = control._connect
+
+        async def gated() -> None:
+            if not gate.is_set():
+                raise OSError("the database is away")
+            await connect()
+
+        control._connect = gated  # type: ignore[method-assign]
+        await listener.execute("SELECT pg_terminate_backend($1)", control._driver.get_server_pid())
+        await poll_until(lambda: not control.connected, within=5, what="the connection to drop")
+        control.announce("emails", 2)
+        flush = control._flush_task
+        assert flush is not None
+        await asyncio.wait_for(flush, 5)
+        assert control._pending == {"emails": 2}, "kept for the reconnect, not dropped"
+        gate.set()
+        assert await control.wait_connected(5)
+        await poll_until(
+            lambda: any(
+                (d := decode_payload(p)) and d[0] == control.instance and d[1] == 2 for p in heard
+            ),
+            within=5,
+            what="the wake-up sent after the reconnect",
+        )
+    finally:
+        await control.stop()
+        await listener.close()
+        await engine.dispose()
