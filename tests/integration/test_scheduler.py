@@ -21,6 +21,7 @@ from app.queue.schedules import JobTemplate, ScheduleSpec, Timing, run_key
 from app.queue.service import JobService
 from tests.integration.helpers import db_now
 from tests.integration.helpers import service as make_service
+from tests.polling import poll_until
 
 BERLIN = "Europe/Berlin"
 
@@ -253,10 +254,7 @@ async def test_enqueued_runs_wake_a_waiting_claim(clean_db: AsyncEngine, svc: Jo
     claim = asyncio.create_task(
         svc.claim(worker_id="w", queues=["wakeq"], max_jobs=1, lease_seconds=30, wait_seconds=20)
     )
-    deadline = asyncio.get_running_loop().time() + 5
-    while not svc.hub.parked:
-        assert asyncio.get_running_loop().time() < deadline, "the claim never parked"
-        await asyncio.sleep(0.01)
+    await poll_until(lambda: bool(svc.hub.parked), within=5, what="the claim to park")
     assert (await svc.enqueue_schedule_runs(batch_size=10)).enqueued == 1
     # No backstop runs here: only the announcement can wake the claim before its 20 s.
     [job] = await asyncio.wait_for(claim, timeout=5)
