@@ -210,9 +210,10 @@ flow_limits = Table(
     UniqueConstraint("scope", "pattern"),
 )
 
-# One row per limited key ("key:<concurrency_key>") or queue ("queue:<name>"), written only by
-# the claim statement (which locks it FOR UPDATE in key order) and by the trigger that gives
-# running slots back; the limit columns repeat what the last claim applied.
+# One row per limited key in a queue ("key:<queue>|<concurrency_key>": since 0014 a key is
+# counted per queue) or per limited queue ("queue:<name>"), written only by the claim statement
+# (which locks it FOR UPDATE in key order) and by the trigger that gives running slots back; the
+# limit columns repeat what the last claim applied.
 flow_state = Table(
     "flow_state",
     metadata,

@@ -43,7 +43,8 @@ class Rate(StrictModel):
 
 class LimitRequest(StrictModel):
     """A limit on the jobs of every concurrency key (scope ``key``) or queue (scope ``queue``)
-    matching ``pattern``, each on its own; give ``max_running``, ``rate`` or both."""
+    matching ``pattern``, each on its own (a key in each queue on its own); give
+    ``max_running``, ``rate`` or both."""
 
     scope: Literal["key", "queue"]
     pattern: str = Field(
@@ -80,7 +81,10 @@ class Limit(BaseModel):
     pattern: str
     max_running: int | None
     rate: Rate | None
-    running: int = Field(description="Jobs running now in the keys or queues it covers.")
+    running: int = Field(
+        description="Jobs running now in the keys or queues it governs (each counted under the "
+        "one limit that applies to it: the longest matching pattern)."
+    )
     created_at: datetime
     updated_at: datetime
 

@@ -4,7 +4,9 @@ The limits are enforced by the claim statement itself (``job_claim`` in sql/jobs
 hold across every instance. A limit covers a key pattern (``customer:*``: each matching
 ``concurrency_key`` on its own) or a queue pattern (each matching queue on its own); of several
 matching patterns of one scope, the longest applies. A job may meet one key limit and one queue
-limit, and runs only within both.
+limit, and runs only within both. A key's jobs are counted per queue (``customer:42`` in
+queue ``a`` and in queue ``b`` hold slots of their own), so a producer that may write to one
+queue cannot use up the slots or tokens another queue's jobs depend on.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.errors import NotFound
 from app.queue.types import JobRow
 from app.queue.unit import ServiceCore, valid_id
+from app.queue.waiters import ALL_QUEUES
 
 SCOPES = ("key", "queue")
 # A flow_state row with nothing running, untouched this long (and past its bucket's refill
@@ -75,9 +78,8 @@ class FlowLimits(ServiceCore):
             return row
 
         row = await self._run(work, transaction=True)
-        # A raised limit may let parked claims take jobs at once.
-        if scope == "queue" and "*" not in pattern:
-            self.announce(pattern, 1)
+        # A raised limit may let parked claims, here and on other instances, take jobs at once.
+        self.announce(ALL_QUEUES, 1)
         return row
 
     async def delete_limit(self, limit_id: int, *, actor: str, actor_key_id: int | None) -> JobRow:
@@ -101,8 +103,7 @@ class FlowLimits(ServiceCore):
         row = await self._run(work, transaction=True)
         if row is None:
             raise NotFound(f"limit {limit_id} not found")
-        if row["scope"] == "queue" and "*" not in row["pattern"]:
-            self.announce(row["pattern"], 1)
+        self.announce(ALL_QUEUES, 1)
         return row
 
     async def prune_flow_state(

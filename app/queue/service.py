@@ -342,8 +342,10 @@ class JobService(Operations, FlowLimits, Scheduling):
         While no limit exists this is the lean claim statement. Once limits exist (the lean one
         then takes nothing and says so) it is job_claim_limited; when that met limited keys or
         queues that have no flow_state row yet, the rows are created (a statement of their own,
-        which locks nothing else); when it skipped keys whose rows other transactions held, or
-        created rows, the slots left empty are claimed again, up to FLOW_TRIES statements in all.
+        which locks nothing else); when it skipped keys whose rows other transactions held,
+        refused jobs over a limit (their rows now say so, and the next statement passes over
+        them), or created rows, the slots left empty are claimed again, up to FLOW_TRIES
+        statements in all.
         """
         by_slot: list[JobRow | None] = [None] * len(slots)
         empty = list(range(len(slots)))
@@ -375,7 +377,7 @@ class JobService(Operations, FlowLimits, Scheduling):
                     await self.repo.flow_state_create(conn, keys=missing)
 
                 await self._run_hot(create)
-            elif not outcome.flow_skipped:
+            elif not outcome.flow_skipped and not outcome.flow_refused:
                 break
             if not empty:
                 break

@@ -63,6 +63,9 @@ class ClaimOutcome:
     flow_missing: tuple[str, ...] = ()
     # How many keys' flow_state rows other transactions held (their jobs were skipped).
     flow_skipped: int = 0
+    # How many candidates a limit refused; their rows now say they are full, so a claim again
+    # passes over them to the next eligible jobs.
+    flow_refused: int = 0
     # Seconds until the first empty token bucket it saw refills one token (None: none empty).
     flow_refill_seconds: float | None = None
     # Whether any limit exists: claims read a wider window of candidates while one does.

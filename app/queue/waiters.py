@@ -8,6 +8,10 @@ import itertools
 from collections import deque
 from collections.abc import Iterable
 
+# Announced as a queue name (which no queue can have), wakes every parked claim: a limit
+# changed, and which queues hold the jobs it now lets through is not known.
+ALL_QUEUES = "*"
+
 
 class Waiter:
     """One parked claim: the queues it waits on and the event that wakes it."""
@@ -84,7 +88,11 @@ class WaiterHub:
                 del self._by_queue[queue]
 
     def notify(self, queue: str, count: int = 1) -> int:
-        """Wakes up to ``count`` waiters of ``queue``, oldest first; answers how many woke."""
+        """Wakes up to ``count`` waiters of ``queue``, oldest first; answers how many woke.
+
+        ``ALL_QUEUES`` wakes every waiter."""
+        if queue == ALL_QUEUES:
+            return self.notify_all()
         waiters = self._by_queue.get(queue)
         woken = 0
         while waiters and woken < count:

@@ -75,7 +75,9 @@ async def test_cancel_and_the_reaper_free_slots(
     [after] = await claim(client, max_jobs=3)
     assert after["id"] == jobs[2]["id"]
     async with clean_db.connect() as conn:
-        running = await conn.scalar(text("SELECT running FROM flow_state WHERE key = 'key:k'"))
+        running = await conn.scalar(
+            text("SELECT running FROM flow_state WHERE key = 'key:default|k'")
+        )
     assert running == 1
 
 

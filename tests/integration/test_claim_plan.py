@@ -74,7 +74,7 @@ async def test_the_limited_claim_reads_only_full_keys_of_many(clean_db: AsyncEng
         await conn.execute(
             text(
                 "INSERT INTO flow_state (key, running, max_running) "
-                "SELECT 'key:k' || g, CASE WHEN g <= 5 THEN 1 ELSE 0 END, 1 "
+                "SELECT 'key:q0|k' || g, CASE WHEN g <= 5 THEN 1 ELSE 0 END, 1 "
                 "FROM generate_series(1, 20000) AS g"
             )
         )

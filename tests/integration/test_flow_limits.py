@@ -98,7 +98,7 @@ async def test_concurrent_claims_and_releases_never_exceed_a_limit(
     assert highest == MAX_RUNNING, "the limit was reached, so it was tested"
     async with clean_db.connect() as conn:
         held = dict((await conn.execute(text("SELECT key, running FROM flow_state"))).all())
-    assert held == {f"key:k{k}": 0 for k in range(KEYS)}
+    assert held == {f"key:default|k{k}": 0 for k in range(KEYS)}
 
 
 async def test_deleting_or_truncating_running_jobs_gives_their_slots_back(
@@ -109,9 +109,15 @@ async def test_deleting_or_truncating_running_jobs_gives_their_slots_back(
     rows = await svc.claim(worker_id="w", queues=["default"], max_jobs=4, lease_seconds=30)
     assert len(rows) == 4
     async with clean_db.begin() as conn:
-        assert await conn.scalar(text("SELECT running FROM flow_state WHERE key = 'key:k'")) == 4
+        assert (
+            await conn.scalar(text("SELECT running FROM flow_state WHERE key = 'key:default|k'"))
+            == 4
+        )
         await conn.execute(text("DELETE FROM jobs WHERE id = :id"), {"id": rows[0]["id"]})
-        assert await conn.scalar(text("SELECT running FROM flow_state WHERE key = 'key:k'")) == 3
+        assert (
+            await conn.scalar(text("SELECT running FROM flow_state WHERE key = 'key:default|k'"))
+            == 3
+        )
         await conn.execute(text("TRUNCATE jobs"))
         assert await conn.scalar(text("SELECT count(*) FROM flow_state")) == 0
 
@@ -135,7 +141,7 @@ async def test_the_pruner_deletes_idle_flow_rows_only(
     assert await svc.prune_flow_state(batch_size=10, now=later) == 1
     async with clean_db.connect() as conn:
         keys = [k for (k,) in await conn.execute(text("SELECT key FROM flow_state"))]
-    assert keys == ["key:k2"]
+    assert keys == ["key:default|k2"]
     # A claim that needs the pruned row again creates it and claims in the same call.
     await seed_jobs(clean_db, 1, concurrency_key="k1")
     [again] = await svc.claim(worker_id="w", queues=["default"], max_jobs=1, lease_seconds=30)

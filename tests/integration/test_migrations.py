@@ -123,3 +123,38 @@ def test_0006_moves_waiting_jobs_clamps_unreadable_times_and_counts_the_history(
         ("r", "pending", 1),
         ("r", "scheduled", 1),
     ]
+
+
+def test_0014_moves_the_slots_of_running_jobs_to_rows_per_queue(empty_database: str) -> None:
+    upgrade(empty_database, "0013")
+    columns = (
+        "(queue, type, status, max_attempts, lease_seconds, run_at, concurrency_key, flow_keys)"
+    )
+    asyncio.run(
+        _run_sql(
+            empty_database,
+            f"INSERT INTO jobs {columns} VALUES "
+            "('a', 't', 'running', 1, 30, now(), 'c', ARRAY['key:c', 'queue:a']), "
+            "('b', 't', 'running', 1, 30, now(), 'c', ARRAY['key:c']), "
+            "('b', 't', 'pending', 1, 30, now(), 'c', NULL)",
+            "INSERT INTO flow_state (key, running) VALUES ('key:c', 2), ('queue:a', 1)",
+        )
+    )
+
+    def state() -> tuple[list[Any], list[Any]]:
+        [rows, keys] = asyncio.run(
+            _run_sql(
+                empty_database,
+                "SELECT key, running FROM flow_state WHERE running > 0 ORDER BY key",
+                "SELECT flow_keys FROM jobs ORDER BY id",
+            )
+        )
+        return rows, [k for (k,) in keys]
+
+    upgrade(empty_database)
+    assert state() == (
+        [("key:a|c", 1), ("key:b|c", 1), ("queue:a", 1)],
+        [["key:a|c", "queue:a"], ["key:b|c"], None],
+    )
+    downgrade(empty_database, "0013")
+    assert state() == ([("key:c", 2), ("queue:a", 1)], [["key:c", "queue:a"], ["key:c"], None])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.queue.waiters import WaiterHub
+from app.queue.waiters import ALL_QUEUES, WaiterHub
 from app.wakeup.control import decode_payload, encode_payload
 
 
@@ -55,3 +55,10 @@ def test_payload_round_trip_keeps_queue_with_separators() -> None:
     payload = encode_payload("inst1", "tenant:emails.v2", 7)
     assert decode_payload(payload) == ("inst1", 7, "tenant:emails.v2")
     assert decode_payload("garbage") is None and decode_payload("a b c") is None
+
+
+async def test_all_queues_wakes_every_waiter() -> None:
+    hub = WaiterHub()
+    a, b = hub.register(["a"]), hub.register(["b", "c"])
+    assert hub.notify(ALL_QUEUES) == 2
+    assert a.woken and b.woken

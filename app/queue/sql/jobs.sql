@@ -154,16 +154,21 @@ FROM (SELECT 1) one LEFT JOIN claimed c ON true;
 -- concurrent claims share one statement.
 --
 -- Limits (flow_limits) are enforced here, in the same statement: each candidate's limited rows
--- in flow_state (its key's, its queue's) are locked FOR UPDATE in key order, which yields their
+-- in flow_state (its key's in its queue, "key:<queue>|<concurrency_key>", and its queue's,
+-- "queue:<name>") are locked FOR UPDATE in key order, which yields their
 -- newest committed version (a key's row held by another transaction is skipped, SKIP LOCKED,
 -- and its jobs with it); a job is taken only while every one of its rows has a running slot
 -- and a whole token left, counting the better candidates first; the rows are written back with
 -- what was taken. A job over a limit is skipped, not failed, and the walk reads :window times
 -- its share so that the next eligible jobs can stand in. Keys and queues whose row already says
--- "full" are skipped before anything is locked (a hint from the snapshot; the lock decides).
+-- "full" are skipped before anything is locked, by the share look and the walk alike (a hint
+-- from the snapshot; the lock decides). A locked row whose hint was stale (a limit set again,
+-- a row created empty) gets it written back, so whatever the hints said, the caller's next
+-- statement passes over the jobs refused here.
 -- The last row may carry no job (slot NULL): it reports flow_missing, limited rows that do not
 -- exist yet (the caller creates them and claims again), flow_skipped, how many keys' rows were
--- held by others (the caller claims again if it got nothing), flow_refill_seconds, when the first
+-- held by others, flow_refused, how many candidates a limit refused (for both the caller claims
+-- its empty slots again), flow_refill_seconds, when the first
 -- empty bucket gets a token back, and flow_active, whether any limit exists.
 WITH blocked AS MATERIALIZED (
     -- Through two partial indexes that hold only such rows, however many keys there are.
@@ -174,19 +179,23 @@ WITH blocked AS MATERIALIZED (
     WHERE f.blocked_until > now()
 ),
 queue_names AS MATERIALIZED (
-    SELECT DISTINCT q.name
-    FROM unnest(CAST(:queues AS text[])) AS q(name)
+    -- With the keys of each queue that are full or out of tokens (key rows are per queue:
+    -- "key:<queue>|<concurrency_key>"), so both looks below pass over their jobs alike.
+    SELECT q.name,
+           ARRAY(SELECT substr(b.key, length(q.name) + 6) FROM blocked b
+                 WHERE starts_with(b.key, 'key:' || q.name || '|')) AS full_keys
+    FROM (SELECT DISTINCT name FROM unnest(CAST(:queues AS text[])) AS u(name)) q
     WHERE NOT EXISTS (SELECT 1 FROM queues p WHERE p.name = q.name AND p.paused)
       AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.key = 'queue:' || q.name)
 ),
 shares AS (
-    SELECT name AS queue, CAST(:max_jobs AS int) AS take
+    SELECT name AS queue, full_keys, CAST(:max_jobs AS int) AS take
     FROM queue_names
     WHERE (SELECT count(*) FROM queue_names) = 1
     UNION ALL
-    SELECT best.queue, count(*)::int
+    SELECT best.queue, best.full_keys, count(*)::int
     FROM (
-        SELECT c.queue
+        SELECT c.queue, qn.full_keys
         FROM queue_names qn
         CROSS JOIN LATERAL (
             -- Pending means due (scheduled jobs are another state), so this look needs no run_at
@@ -195,6 +204,7 @@ shares AS (
             SELECT j.queue, j.priority, j.run_at, j.id
             FROM jobs j
             WHERE j.queue = qn.name AND j.status = 'pending'
+              AND (j.concurrency_key IS NULL OR j.concurrency_key <> ALL (qn.full_keys))
             ORDER BY j.priority DESC, j.run_at, j.id
             LIMIT :max_jobs
         ) c
@@ -202,7 +212,7 @@ shares AS (
         LIMIT :max_jobs
     ) best
     WHERE (SELECT count(*) FROM queue_names) > 1
-    GROUP BY best.queue
+    GROUP BY best.queue, best.full_keys
 ),
 picked AS MATERIALIZED (
     SELECT l.id, l.priority, l.run_at, l.queue, l.concurrency_key
@@ -211,9 +221,7 @@ picked AS MATERIALIZED (
         SELECT j.id, j.priority, j.run_at, j.queue, j.concurrency_key
         FROM jobs j
         WHERE j.queue = s.queue AND j.status = 'pending' AND j.run_at <= now()
-          AND (j.concurrency_key IS NULL
-               OR j.concurrency_key <> ALL (ARRAY(
-                   SELECT substr(b.key, 5) FROM blocked b WHERE b.key LIKE 'key:%')))
+          AND (j.concurrency_key IS NULL OR j.concurrency_key <> ALL (s.full_keys))
         ORDER BY j.priority DESC, j.run_at, j.id
         LIMIT s.take * CAST(:window AS int)
         FOR UPDATE SKIP LOCKED
@@ -226,7 +234,8 @@ needs AS MATERIALIZED (
     SELECT p.id, m.key, m.max_running, m.rate_limit, m.rate_per_seconds
     FROM picked p
     CROSS JOIN LATERAL (
-        (SELECT 'key:' || p.concurrency_key AS key, l.max_running, l.rate_limit,
+        (SELECT 'key:' || p.queue || '|' || p.concurrency_key AS key, l.max_running,
+                l.rate_limit,
                 l.rate_per_seconds
          FROM flow_limits l
          WHERE l.scope = 'key' AND p.concurrency_key LIKE l.like_pattern
@@ -316,6 +325,9 @@ granted AS MATERIALIZED (
     LIMIT :max_jobs
 ),
 flow_taken AS (
+    -- Rows that granted jobs, and rows whose hints (the limit they repeat, blocked_until) were
+    -- stale: a limit set again, or a bucket emptied without a grant. Writing the hints back is
+    -- what lets the caller's next claim pass over a full key's jobs before it locks them.
     UPDATE flow_state f
     -- running is counted by the trigger on jobs (migration 0011) from the claimed rows' flow_keys,
     -- at the end of this statement, while it still holds these rows' locks.
@@ -329,10 +341,15 @@ flow_taken AS (
         rate_per_seconds = r.rate_per_seconds,
         updated_at = now()
     FROM room r
-    JOIN (SELECT n.key, count(*)::int AS n
-          FROM needs n JOIN granted g ON g.id = n.id
+    JOIN (SELECT n.key, count(g.id)::int AS n
+          FROM needs n LEFT JOIN granted g ON g.id = n.id
           GROUP BY n.key) t ON t.key = r.key
     WHERE f.key = r.key
+      AND (t.n > 0
+           OR f.max_running IS DISTINCT FROM r.max_running
+           OR f.rate_limit IS DISTINCT FROM r.rate_limit
+           OR f.rate_per_seconds IS DISTINCT FROM r.rate_per_seconds
+           OR (r.tokens < 1 AND f.blocked_until IS NULL))
 ),
 slotted AS (
     SELECT g.id,
@@ -372,6 +389,15 @@ report AS (
            (SELECT count(DISTINCT n.key) FROM needs n
             WHERE NOT EXISTS (SELECT 1 FROM locked f WHERE f.key = n.key)
               AND EXISTS (SELECT 1 FROM flow_state f WHERE f.key = n.key))::int AS flow_skipped,
+           -- Candidates a limit refused (all their rows locked): their rows now say so, so a
+           -- claim again passes over them to the next eligible jobs.
+           (SELECT count(*) FROM picked p
+            WHERE NOT EXISTS (SELECT 1 FROM granted g WHERE g.id = p.id)
+              AND EXISTS (SELECT 1 FROM needs n WHERE n.id = p.id)
+              AND NOT EXISTS (SELECT 1 FROM needs n
+                              WHERE n.id = p.id
+                                AND NOT EXISTS (SELECT 1 FROM locked f WHERE f.key = n.key))
+           )::int AS flow_refused,
            (SELECT min(s) FROM (
                 -- Empty buckets this claim met: its queues', those of keys with pending jobs in
                 -- its queues (skipped by the walk), and those it locked.
@@ -380,18 +406,20 @@ report AS (
                   AND (b.key IN (SELECT 'queue:' || q FROM unnest(CAST(:queues AS text[])) AS q)
                        -- A probe of ix_jobs_pending_concurrency_key per empty key (LIMIT 1
                        -- keeps the planner from hashing every pending job instead).
-                       OR (b.key LIKE 'key:%' AND (
-                               SELECT 1 FROM jobs j
-                               WHERE j.concurrency_key = substr(b.key, 5)
-                                 AND j.queue = ANY (CAST(:queues AS text[]))
-                                 AND j.status = 'pending'
-                               LIMIT 1) IS NOT NULL))
+                       OR (starts_with(b.key, 'key:')
+                           AND split_part(substr(b.key, 5), '|', 1) = ANY (CAST(:queues AS text[]))
+                           AND (SELECT 1 FROM jobs j
+                                WHERE j.concurrency_key = substr(b.key, strpos(b.key, '|') + 1)
+                                  AND j.queue = split_part(substr(b.key, 5), '|', 1)
+                                  AND j.status = 'pending'
+                                LIMIT 1) IS NOT NULL))
                 UNION ALL
                 SELECT (1 - r.tokens) * r.rate_per_seconds / r.rate_limit FROM room r
                 WHERE r.tokens < 1) w) AS flow_refill_seconds,
            EXISTS (SELECT 1 FROM flow_limits) AS flow_active
 )
-SELECT c.*, r.flow_missing, r.flow_skipped, r.flow_refill_seconds, r.flow_active
+SELECT c.*, r.flow_missing, r.flow_skipped, r.flow_refused, r.flow_refill_seconds,
+       r.flow_active
 FROM report r LEFT JOIN claimed c ON true;
 
 -- name: job_heartbeat

@@ -1,12 +1,37 @@
 -- Named statements for concurrency and rate limits (migration 0011). The claim statement that
--- enforces them is job_claim in jobs.sql; these manage the limits and tidy flow_state.
+-- enforces them is job_claim_limited in jobs.sql; these manage the limits and tidy flow_state.
+-- A key's jobs are counted per queue: its row is "key:<queue>|<concurrency_key>" (queue names
+-- hold no "|"), so the producers of one queue can never use up another queue's slots or tokens.
+-- Clearing a row's hints is always safe: the claim locks the row, finds the limit's values and
+-- writes the hints back.
 
 -- name: flow_limit_list
--- Lists the limits with, per limit, how many of its keys or queues run jobs now and the busiest ones.
-SELECT l.*,
-       (SELECT COALESCE(sum(f.running), 0)::bigint FROM flow_state f
-        WHERE f.key LIKE l.scope || ':' || l.like_pattern) AS running
+-- Lists the limits with, per limit, how many jobs run now in the keys or queues it governs (each row counted under the one limit that applies to it: the longest matching pattern).
+WITH busy AS (
+    -- Key rows are "key:<queue>|<concurrency_key>" (rows of releases before 0014:
+    -- "key:<concurrency_key>"), queue rows "queue:<name>"; only rows running jobs count.
+    SELECT f.running,
+           CASE WHEN starts_with(f.key, 'queue:') THEN 'queue' ELSE 'key' END AS scope,
+           CASE WHEN starts_with(f.key, 'queue:') THEN substr(f.key, 7)
+                WHEN strpos(f.key, '|') > 0 THEN substr(f.key, strpos(f.key, '|') + 1)
+                ELSE substr(f.key, 5) END AS name
+    FROM flow_state f
+    WHERE f.running > 0
+),
+governed AS (
+    SELECT best.id, sum(b.running)::bigint AS running
+    FROM busy b
+    CROSS JOIN LATERAL (
+        SELECT l.id FROM flow_limits l
+        WHERE l.scope = b.scope AND b.name LIKE l.like_pattern
+        ORDER BY length(l.pattern) DESC, l.id
+        LIMIT 1
+    ) best
+    GROUP BY best.id
+)
+SELECT l.*, COALESCE(g.running, 0)::bigint AS running
 FROM flow_limits l
+LEFT JOIN governed g ON g.id = l.id
 ORDER BY l.scope, l.pattern;
 
 -- name: flow_limit_set
@@ -25,7 +50,11 @@ WITH upserted AS (
 hints AS (
     UPDATE flow_state f
     SET max_running = NULL, rate_limit = NULL, rate_per_seconds = NULL, blocked_until = NULL
-    WHERE f.key LIKE CAST(:scope AS text) || ':' || CAST(:like_pattern AS text)
+    WHERE CASE WHEN CAST(:scope AS text) = 'queue'
+               THEN f.key LIKE 'queue:' || CAST(:like_pattern AS text)
+               ELSE starts_with(f.key, 'key:')
+                    AND substr(f.key, strpos(f.key, '|') + 1) LIKE CAST(:like_pattern AS text)
+          END
 )
 SELECT * FROM upserted;
 
@@ -38,7 +67,11 @@ hints AS (
     UPDATE flow_state f
     SET max_running = NULL, rate_limit = NULL, rate_per_seconds = NULL, blocked_until = NULL
     FROM deleted d
-    WHERE f.key LIKE d.scope || ':' || d.like_pattern
+    WHERE CASE WHEN d.scope = 'queue'
+               THEN f.key LIKE 'queue:' || d.like_pattern
+               ELSE starts_with(f.key, 'key:')
+                    AND substr(f.key, strpos(f.key, '|') + 1) LIKE d.like_pattern
+          END
 )
 SELECT * FROM deleted;
 
