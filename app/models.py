@@ -76,6 +76,10 @@ jobs = Table(
     # wait_seconds, never cleared; row triggers then notify jobq_finished when it finishes (or
     # is deleted unfinished), and only then, so no other job pays for a NOTIFY.
     Column("awaited", Boolean, nullable=False, server_default=text("false")),
+    # The schedule and run instant of a job the scheduler enqueued (migration 0015), NULL for
+    # every other job: only the scheduler's insert writes them, so no producer can take a run.
+    Column("schedule_name", Text, nullable=True),
+    Column("scheduled_for", DateTime(timezone=True), nullable=True),
     CheckConstraint(
         "status IN ('pending', 'scheduled', 'running', 'succeeded', 'dead', 'cancelled')",
         name="status",
@@ -109,6 +113,14 @@ jobs = Table(
         "idempotency_key",
         unique=True,
         postgresql_where=text("idempotency_key IS NOT NULL"),
+    ),
+    # One job per schedule run, however many passes plan it.
+    Index(
+        "uq_jobs_schedule_run",
+        "schedule_name",
+        "scheduled_for",
+        unique=True,
+        postgresql_where=text("schedule_name IS NOT NULL"),
     ),
     # The reaper's scan: running jobs by lease expiry.
     Index(
@@ -334,6 +346,10 @@ schedules = Table(
     Column("last_job_id", BigInteger, nullable=True),
     # Who wrote the definition: the API, or the JOBQ_SCHEDULES file (which removes its own).
     Column("source", Text, nullable=False, server_default=text("'api'")),
+    # Why and since when the scheduler could not plan the schedule (migration 0015); while set,
+    # the schedule is parked (no pass locks it) until a change or a resume clears it.
+    Column("last_error", Text, nullable=True),
+    Column("errored_at", DateTime(timezone=True), nullable=True),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     CheckConstraint("(cron IS NULL) <> (interval_seconds IS NULL)", name="one_timing"),
@@ -350,8 +366,12 @@ schedules = Table(
         "next_run_at >= '1970-01-01 00:00:00+00' AND next_run_at < '9000-01-01 00:00:00+00'",
         name="next_run_at_window",
     ),
-    # The scheduler's scan: active schedules by due time.
-    Index("ix_schedules_due", "next_run_at", postgresql_where=text("NOT paused")),
+    # The scheduler's scan: active schedules not in error, by due time.
+    Index(
+        "ix_schedules_due",
+        "next_run_at",
+        postgresql_where=text("NOT paused AND errored_at IS NULL"),
+    ),
     # Listings of a scoped key's schedules.
     Index("ix_schedules_queue_name", "queue", "name"),
 )

@@ -190,6 +190,16 @@ class _Scrape(Collector):
         yield depth
         yield oldest
         yield paused
+        errored = GaugeMetricFamily(
+            "jobq_schedules_errored",
+            "Schedules of the queue in error (parked: they enqueue nothing until changed or "
+            "resumed), as last read.",
+            labels=["queue"],
+        )
+        for queue, count in sorted((gauges.schedules_errored if gauges else {}).items()):
+            if self.visible(queue):
+                errored.add_metric([queue], count)
+        yield errored
 
     def _runtime(self) -> Iterator[Metric]:
         runtime = self.metrics.state.runtime

@@ -68,7 +68,7 @@ _CRON_DOC = (
 
 class ScheduleTemplate(StrictModel):
     """The job each run enqueues, as ``POST /v1/jobs`` takes it (no run_at or idempotency key:
-    each run is due at its own time, with the key ``schedule:<name>:<run instant in UTC>``)."""
+    each run is due at its own time, and the scheduler alone marks the job as that run)."""
 
     queue: Annotated[str, queue_name_rule(_QUEUE_MAX), queue_name_doc(_QUEUE_MAX)] = "default"
     type: Annotated[str, at_most(setting_default("type_max_chars"))]
@@ -104,8 +104,9 @@ class ScheduleRequest(StrictModel):
     timezone: Annotated[str, StringConstraints(min_length=1, max_length=TIMEZONE_MAX_CHARS)] = (
         Field(
             default=DEFAULT_TIMEZONE,
-            description="IANA time zone the cron expression is read in (Europe/Berlin); "
-            "intervals ignore it.",
+            description="IANA time zone the cron expression is read in (Europe/Berlin, "
+            "US/Eastern); names only a host's zoneinfo has (localtime, posix/...) and Factory "
+            "are refused. Intervals ignore it.",
         )
     )
     template: ScheduleTemplate
@@ -166,6 +167,12 @@ class Schedule(BaseModel):
     )
     last_run_at: datetime | None = Field(description="The latest run enqueued (its due time).")
     last_job_id: int | None = Field(description="The job of that run.")
+    last_error: str | None = Field(
+        description="Why the scheduler could not plan the schedule's runs (say, a time zone "
+        "an instance does not know). While set the schedule enqueues nothing; a PUT or a "
+        "resume clears it."
+    )
+    errored_at: datetime | None = Field(description="Since when last_error holds.")
     created_at: datetime
     updated_at: datetime
 

@@ -3,12 +3,13 @@
 A scrape must not cost the database a query (several Prometheus servers may scrape every
 instance), so the gauges show what this loop last read: the trigger-kept ``queue_counts`` rows
 and one index probe per queue for its oldest pending job (``service.queue_stats()``, the same
-read as ``GET /v1/queues``). It runs on every instance, so each one's scrape is complete.
+read as ``GET /v1/queues``), and the schedules in error per queue. It runs on every instance, so
+each one's scrape is complete.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from app.queue.service import JobService
 from app.queue.types import JobRow
@@ -34,10 +35,13 @@ class QueueGauges:
         # One row per queue (name, paused, a count per state, oldest_pending_age_seconds ...);
         # None until the first read.
         self.queues: Sequence[JobRow] | None = None
+        # Schedules in error per queue, as last read (queues without any are absent).
+        self.schedules_errored: Mapping[str, int] = {}
 
     async def run_once(self) -> int:
         """One read; answers how many queues it saw."""
         self.queues = await self.service.queue_stats()
+        self.schedules_errored = await self.service.schedules_errored()
         return len(self.queues)
 
     async def run_batch(self) -> int:

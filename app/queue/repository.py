@@ -532,7 +532,7 @@ class Repository:
 
     # -- schedules (periodic jobs, sql/schedules.sql) -------------------------------------------
 
-    # The scheduler's pass runs on a driver connection, in the transaction of the job_enqueue that
+    # The scheduler's pass runs on a driver connection, in the transaction of the insert that
     # enqueues its runs; the definitions' reads and changes take a SQLAlchemy connection.
 
     async def schedule_due(
@@ -540,6 +540,32 @@ class Repository:
     ) -> list[JobRow]:
         """Locks at most ``batch_size`` due active schedules (SKIP LOCKED), with the clock (db_now)."""
         return await _fetch(conn, "schedule_due", {"batch_size": batch_size, "now": now})
+
+    async def schedule_run_enqueue(
+        self, conn: Driver, *, items: Sequence[Mapping[str, Any]]
+    ) -> list[JobRow | None]:
+        """Inserts the jobs of schedule runs in order; ``None`` where the run has its job already."""
+        rows = await _fetch(conn, "schedule_run_enqueue", {"items": to_json(items)})
+        return [row if row["id"] is not None else None for row in rows]
+
+    async def schedule_run_jobs(
+        self, conn: Driver, *, runs: Sequence[tuple[str, datetime]]
+    ) -> dict[tuple[str, datetime], JobRow]:
+        """The jobs the scheduler enqueued for the given (schedule name, run instant) pairs."""
+        keys = [{"schedule_name": n, "scheduled_for": at} for n, at in runs]
+        rows = await _fetch(conn, "schedule_run_jobs", {"keys": to_json(keys)})
+        return {(row["schedule_name"], row["scheduled_for"]): row for row in rows}
+
+    async def schedule_park(self, conn: Driver, *, items: Sequence[Mapping[str, Any]]) -> set[str]:
+        """Records the error of schedules that could not be planned and parks them, where
+        next_run_at is still ``expected``; the names parked."""
+        rows = await _fetch(conn, "schedule_park", {"items": to_json(items)})
+        return {row["name"] for row in rows}
+
+    async def schedule_errored_counts(self, conn: AsyncConnection) -> dict[str, int]:
+        """Schedules in error per queue."""
+        result = await conn.execute(statement("schedule_errored_counts").clause)
+        return {row.queue: int(row.errored) for row in result}
 
     async def schedule_advance(
         self, conn: Driver, *, items: Sequence[Mapping[str, Any]]

@@ -27,7 +27,15 @@ the end of the gap but skips a missing hourly one, and runs a repeated daily tim
 **Intervals** are elapsed time, whatever the zone: runs at ``next_run_at + k * interval``.
 A new interval schedule first runs one interval after it is made (in whole seconds).
 
-Every run instant is a whole second, so :func:`run_key` names it exactly.
+Every run instant is a whole second, so a run is named exactly by its schedule and instant (the
+``schedule_name`` / ``scheduled_for`` mark of its job).
+
+**Time zones** are the names the ``tzdata`` package lists (a dependency, so every instance of a
+release accepts the same names): canonical zones such as ``Europe/Berlin`` and ``UTC``, and the
+IANA links to them (``US/Eastern``, ``Asia/Calcutta``), which stand for the same rules. Refused:
+``Factory`` (a placeholder that is no place's time), and whatever only a host's own zoneinfo
+directory holds (``localtime``, which is the host's setting, ``posixrules``, ``posix/...``,
+``right/...``), since another instance would read such a schedule differently or not at all.
 """
 
 from __future__ import annotations
@@ -38,7 +46,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
-from zoneinfo import ZoneInfo, available_timezones
+from importlib import resources
+from zoneinfo import ZoneInfo
 
 from croniter import CroniterBadDateError, CroniterError, croniter
 
@@ -139,22 +148,30 @@ def _croniter(expression: str, start: datetime) -> croniter:
     return croniter(expression, start, ret_type=datetime, second_at_beginning=True)
 
 
+# Names of the IANA database that are no place's time: a schedule in them would run on no clock.
+_NOT_PLACES = frozenset({"Factory"})
+
+
 @functools.cache
-def _zone_names() -> frozenset[str]:
-    return frozenset(available_timezones()) | {"UTC"}
+def zone_names() -> frozenset[str]:
+    """The time zone names a schedule may use (see the module's rules)."""
+    listed = resources.files("tzdata").joinpath("zones").read_text(encoding="utf-8")
+    return frozenset(listed.split()) - _NOT_PLACES
 
 
 @functools.cache
 def time_zone(name: str) -> ZoneInfo:
-    """The IANA zone of this name; ``ScheduleError`` naming ``timezone`` for an unknown one.
+    """The IANA zone of this name; ``ScheduleError`` naming ``timezone`` for any other.
 
-    Only names of the time zone database count (``Europe/Berlin``, ``America/New_York``,
-    ``UTC``), from the system's zoneinfo or the ``tzdata`` package; file paths and
-    abbreviations like ``CEST`` are refused.
+    Only the names of :func:`zone_names` count (``Europe/Berlin``, ``America/New_York``,
+    ``UTC``); ``localtime``, ``Factory``, ``posix/...``, file paths and abbreviations like
+    ``CEST`` are refused. The rules come from the system's zoneinfo, else the ``tzdata`` package.
     """
-    if not name or len(name) > TIMEZONE_MAX_CHARS or name not in _zone_names():
+    if not name or len(name) > TIMEZONE_MAX_CHARS or name not in zone_names():
         raise ScheduleError(
-            "timezone", f"unknown time zone {name[:TIMEZONE_MAX_CHARS]!r}; use an IANA name"
+            "timezone",
+            f"unknown time zone {name[:TIMEZONE_MAX_CHARS]!r}; use an IANA zone name "
+            "(Europe/Berlin, UTC)",
         )
     return ZoneInfo(name)
 
@@ -454,11 +471,6 @@ class RunPlan:
     # Runs due from this instant up to (not including) the first of ``runs`` were skipped
     # (more than catch_up were missed); None when nothing was skipped.
     skipped_from: datetime | None
-
-
-def run_key(name: str, instant: datetime) -> str:
-    """The idempotency key of a schedule's run: ``schedule:<name>:<UTC instant, ISO 8601>``."""
-    return f"schedule:{name}:{instant.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}"
 
 
 @dataclass(frozen=True)

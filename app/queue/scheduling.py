@@ -6,13 +6,21 @@ through the service like everything else.
 
 **Exactly once per run.** The scheduler pass (:meth:`Scheduling.enqueue_schedule_runs`) is one
 transaction on the driver pool: it locks the due schedules (``FOR UPDATE SKIP LOCKED``, bounded
-batch, due by the database's ``now()``), enqueues every run it plans through the producers' own
-``job_enqueue`` statement with the idempotency key ``schedule:<name>:<UTC instant>``, and moves
-each schedule on with a conditional UPDATE (``WHERE name = ... AND next_run_at = <value read>``).
-Jobs and schedule move together or not at all. Two passes at once (two instances that both think
-they lead) lock different schedules; a pass that ran on a stale read would find its runs' keys
-taken (the unique ``(queue, idempotency_key)`` index answers, nothing is inserted twice) and its
-conditional UPDATE would move nothing, which rolls the pass back.
+batch, due by the database's ``now()``), enqueues every run it plans with its own statement,
+which marks each job with the run (``schedule_name``, ``scheduled_for``: columns no API field
+reaches, so no producer can enqueue a job that stands in for a run or keeps one out; the runs'
+jobs carry no idempotency key), and moves each schedule on with a conditional UPDATE (``WHERE
+name = ... AND next_run_at = <value read>``). Jobs and schedule move together or not at all. Two
+passes at once (two instances that both think they lead) lock different schedules; a pass that
+ran on a stale read would find its runs marked already (the unique ``uq_jobs_schedule_run``
+index answers, nothing is inserted twice) and its conditional UPDATE would move nothing, which
+rolls the pass back.
+
+**Errors.** A schedule whose runs cannot be computed (a time zone this instance does not know,
+written by another release or host) is parked in the same pass: ``last_error`` and
+``errored_at`` say why and since when, the due scan leaves it out, and it stays so until a
+change (``PUT``) or a resume clears the error. It is shown by the API, the dashboard and the
+``jobq_schedules_errored`` gauge.
 
 **Definitions** are changed in one transaction each: the schedule's row is locked first
 (``schedule_lock``, which also reads the transaction's clock), the next run is computed from
@@ -36,7 +44,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.errors import Forbidden, InvalidInput, InvalidTransition, NotFound
 from app.queue.repository import Driver
-from app.queue.schedules import JobTemplate, RunPlan, ScheduleError, ScheduleSpec, Timing, run_key
+from app.queue.schedules import JobTemplate, RunPlan, ScheduleError, ScheduleSpec, Timing
 from app.queue.states import JobStatus
 from app.queue.types import JobEvent, JobRow, NewJob
 from app.queue.unit import ServiceCore
@@ -434,6 +442,10 @@ class Scheduling(ServiceCore):
 
         return await self._run(work, transaction=True)
 
+    async def schedules_errored(self) -> dict[str, int]:
+        """Schedules in error (parked until changed or resumed), per queue."""
+        return await self._run(self.repo.schedule_errored_counts)
+
     # -- the scheduler's pass ------------------------------------------------------------------
 
     async def enqueue_schedule_runs(
@@ -462,6 +474,7 @@ class Scheduling(ServiceCore):
         due = await self.repo.schedule_due(conn, batch_size=batch_size, now=now)
         planned: list[tuple[JobRow, RunPlan]] = []
         failed: list[tuple[str, str]] = []
+        park: list[dict[str, Any]] = []
         for row in due:
             try:
                 plan = timing_of(row).plan(
@@ -469,8 +482,14 @@ class Scheduling(ServiceCore):
                 )
             except (ScheduleError, ValueError, OverflowError) as exc:
                 failed.append((row["name"], str(exc)))
+                park.append(
+                    {"name": row["name"], "expected": row["next_run_at"], "error": str(exc)}
+                )
                 continue
             planned.append((row, plan))
+        if park:
+            # Planning it again would fail again, every pass: parked until somebody changes it.
+            await self.repo.schedule_park(conn, items=park)
         if not planned:
             return SchedulePass(schedules=0, enqueued=0, failed=tuple(failed)), []
 
@@ -478,38 +497,37 @@ class Scheduling(ServiceCore):
         for row, plan in planned:
             template = template_of(row)
             items.extend(
-                self._enqueue_item(
-                    NewJob(
-                        queue=template.queue,
-                        type=template.type,
-                        payload=template.payload,
-                        priority=template.priority,
-                        run_at=run,
-                        max_attempts=template.max_attempts,
-                        lease_seconds=template.lease_seconds,
-                        timeout_seconds=template.timeout_seconds,
-                        concurrency_key=template.concurrency_key,
-                        idempotency_key=run_key(row["name"], run),
-                    )
-                )
+                {
+                    **self._enqueue_item(
+                        NewJob(
+                            queue=template.queue,
+                            type=template.type,
+                            payload=template.payload,
+                            priority=template.priority,
+                            run_at=run,
+                            max_attempts=template.max_attempts,
+                            lease_seconds=template.lease_seconds,
+                            timeout_seconds=template.timeout_seconds,
+                            concurrency_key=template.concurrency_key,
+                        )
+                    ),
+                    "schedule_name": row["name"],
+                    "scheduled_for": run,
+                }
                 for run in plan.runs
             )
-        inserted = await self.repo.job_enqueue(conn, items=items) if items else []
+        inserted = await self.repo.schedule_run_enqueue(conn, items=items) if items else []
         job_ids = {
-            (item["queue"], item["idempotency_key"]): job["id"]
+            (item["schedule_name"], item["scheduled_for"]): job["id"]
             for item, job in zip(items, inserted, strict=True)
             if job is not None
         }
         # The current run's job, where it existed already (enqueued before, by another pass).
-        current = [
-            (row["queue"], run_key(row["name"], plan.runs[-1]))
-            for row, plan in planned
-            if plan.runs
-        ]
-        missing = [key for key in current if key not in job_ids]
+        current = [(row["name"], plan.runs[-1]) for row, plan in planned if plan.runs]
+        missing = [run for run in current if run not in job_ids]
         if missing:
-            found = await self.repo.job_get_by_idempotency_keys(conn, keys=missing)
-            job_ids.update({key: job["id"] for key, job in found.items()})
+            found = await self.repo.schedule_run_jobs(conn, runs=missing)
+            job_ids.update({run: job["id"] for run, job in found.items()})
 
         advance = []
         skipped = []
@@ -521,9 +539,7 @@ class Scheduling(ServiceCore):
                     "expected": row["next_run_at"],
                     "next_run_at": plan.next_run_at,
                     "last_run_at": last,
-                    "last_job_id": job_ids.get((row["queue"], run_key(row["name"], last)))
-                    if last is not None
-                    else None,
+                    "last_job_id": job_ids.get((row["name"], last)) if last is not None else None,
                 }
             )
             if plan.skipped_from is not None and plan.runs:

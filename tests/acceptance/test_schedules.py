@@ -1,6 +1,6 @@
 """Periodic jobs with real ``jobq serve`` processes: leader changes, restarts, the schedules file.
 
-Every check reads the jobs table: one job per run instant (its idempotency key names it), no
+Every check reads the jobs table: one job per run instant (the scheduler marks it with its run), no
 doubles, and no gaps beyond what a schedule's catch_up allows.
 """
 
@@ -44,19 +44,19 @@ async def runs(engine: AsyncEngine, name: str) -> list[dict[str, Any]]:
     async with engine.connect() as conn:
         result = await conn.execute(
             text(
-                "SELECT id, run_at, created_at, idempotency_key FROM jobs "
-                "WHERE idempotency_key LIKE :key ORDER BY run_at, id"
+                "SELECT id, run_at, created_at, schedule_name, scheduled_for FROM jobs "
+                "WHERE schedule_name = :name ORDER BY run_at, id"
             ),
-            {"key": f"schedule:{name}:%"},
+            {"name": name},
         )
         return [dict(r) for r in result.mappings()]
 
 
 def assert_one_job_per_run(jobs: Sequence[dict[str, Any]], name: str) -> None:
-    keys = [j["idempotency_key"] for j in jobs]
+    keys = [(j["schedule_name"], j["scheduled_for"]) for j in jobs]
     assert len(keys) == len(set(keys)), "a run was enqueued twice"
     for job in jobs:
-        assert job["idempotency_key"] == f"schedule:{name}:{job['run_at']:%Y-%m-%dT%H:%M:%SZ}"
+        assert (job["schedule_name"], job["scheduled_for"]) == (name, job["run_at"])
     instants = [j["run_at"] for j in jobs]
     assert len(instants) == len(set(instants))
 

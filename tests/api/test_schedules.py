@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -12,7 +13,9 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.api.state import app_state
+from app.maintenance.gauges import QueueGauges
 from app.queue.schedules import JobTemplate, ScheduleSpec, Timing
+from tests.api.test_metrics import scrape, value
 from tests.auth.conftest import Keys, as_key
 from tests.auth.conftest import keys as keys_fixture
 
@@ -152,6 +155,12 @@ def problem_fields(response: httpx.Response) -> list[str]:
         ({"timezone": "../../../etc/passwd"}, "body.timezone"),
         ({"timezone": "CEST"}, "body.timezone"),
         ({"timezone": ""}, "body.timezone"),
+        # Names only a host's zoneinfo holds, or that are no place's time.
+        ({"timezone": "localtime"}, "body.timezone"),
+        ({"timezone": "Factory"}, "body.timezone"),
+        ({"timezone": "posixrules"}, "body.timezone"),
+        ({"timezone": "posix/Europe/Berlin"}, "body.timezone"),
+        ({"timezone": "right/UTC"}, "body.timezone"),
         ({"cron": None}, "body.cron"),  # neither cron nor interval
         ({"interval_seconds": 60}, "body.interval_seconds"),  # both
         ({"cron": None, "interval_seconds": 0}, "body.interval_seconds"),
@@ -237,3 +246,112 @@ async def test_file_schedules_are_changed_through_the_file(
     assert (await client.delete("/v1/schedules/from-file")).status_code == 409
     assert (await client.post("/v1/schedules/from-file/pause")).json()["paused"] is True
     assert (await client.post("/v1/schedules/from-file/resume")).json()["paused"] is False
+
+
+async def test_a_producer_cannot_take_or_suppress_a_schedule_run(
+    app: FastAPI, client: httpx.AsyncClient, keys: Keys
+) -> None:
+    """Regression (issue 18, defect 3): a run used to be the job with the idempotency key
+    ``schedule:<name>:<instant>``, so a producer who predicted it from next_run_at enqueued its
+    own job under that key and the scheduler adopted it as the run."""
+    admin, producer = as_key(client, keys.admin), as_key(client, keys.scoped_producer)
+    hourly = {
+        "interval_seconds": 3600,
+        "template": {"queue": "billing.hq", "type": "report", "payload": {"real": True}},
+    }
+    made = await admin.put("/v1/schedules/nightly", json=hourly)
+    assert made.status_code == 201, made.text
+    due = datetime.fromisoformat(made.json()["next_run_at"])
+    predicted = f"schedule:nightly:{due.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}"
+    evil_job = {"queue": "billing.hq", "type": "evil", "idempotency_key": predicted}
+    evil = await producer.post("/v1/jobs", json=evil_job)
+    assert evil.status_code == 201, evil.text
+
+    service = app_state(app).running().service
+    outcome = await service.enqueue_schedule_runs(batch_size=10, now=due)
+    assert (outcome.schedules, outcome.enqueued) == (1, 1)
+    shown = (await admin.get("/v1/schedules/nightly")).json()
+    assert datetime.fromisoformat(shown["last_run_at"]) == due
+    assert shown["last_job_id"] != evil.json()["id"]
+    run = (await admin.get(f"/v1/jobs/{shown['last_job_id']}")).json()
+    assert (run["queue"], run["type"], run["payload"]) == ("billing.hq", "report", {"real": True})
+    assert datetime.fromisoformat(run["run_at"]) == due
+    # The producer's job is an ordinary job of its own, and its key still answers it alone.
+    mine = (await admin.get(f"/v1/jobs/{evil.json()['id']}")).json()
+    assert (mine["type"], mine["payload"], mine["status"]) == ("evil", None, "pending")
+    replay = await producer.post("/v1/jobs", json=evil_job)
+    assert replay.status_code == 200 and replay.json()["id"] == evil.json()["id"]
+
+
+async def test_a_schedule_no_instance_can_plan_is_parked_visibly_until_changed(
+    app: FastAPI, client: httpx.AsyncClient, clean_db: AsyncEngine
+) -> None:
+    """Regression (issue 18, defect 9): a schedule whose zone this instance does not know (as
+    another release or host wrote it) was skipped without a trace and locked again every pass."""
+    assert (await client.put("/v1/schedules/nightly", json=NIGHTLY)).status_code == 201
+    async with clean_db.begin() as conn:
+        await conn.execute(
+            text(
+                "UPDATE schedules SET timezone = 'Mars/Olympus', "
+                "next_run_at = now() - interval '1 minute' WHERE name = 'nightly'"
+            )
+        )
+    service = app_state(app).running().service
+    first = await service.enqueue_schedule_runs(batch_size=10)
+    assert [name for name, _ in first.failed] == ["nightly"] and first.enqueued == 0
+
+    shown = (await client.get("/v1/schedules/nightly")).json()
+    assert "Mars/Olympus" in shown["last_error"] and shown["errored_at"] is not None
+    listed = (await client.get("/v1/schedules")).json()["schedules"]
+    assert [s["last_error"] for s in listed] == [shown["last_error"]]
+    runtime = app_state(app).running()
+    [gauges] = [loop for loop in runtime.runner.loops if isinstance(loop, QueueGauges)]
+    await gauges.run_batch()
+    samples = await scrape(client)
+    assert value(samples, "jobq_schedules_errored", queue="billing.reports") == 1
+
+    # Parked: later passes neither lock nor report it, and its row does not move.
+    async with clean_db.connect() as conn:
+        before = (
+            (await conn.execute(text("SELECT * FROM schedules WHERE name = 'nightly'")))
+            .mappings()
+            .one()
+        )
+    for _ in range(3):
+        later = await service.enqueue_schedule_runs(batch_size=10)
+        assert (later.schedules, later.failed) == (0, ())
+    async with clean_db.connect() as conn:
+        after = (
+            (await conn.execute(text("SELECT * FROM schedules WHERE name = 'nightly'")))
+            .mappings()
+            .one()
+        )
+    assert after == before
+
+    # A change clears the error, and the schedule runs again.
+    fixed = await client.put(
+        "/v1/schedules/nightly", json={**NIGHTLY, "interval_seconds": 60, "cron": None}
+    )
+    assert fixed.status_code == 200, fixed.text
+    assert (fixed.json()["last_error"], fixed.json()["errored_at"]) == (None, None)
+    await gauges.run_batch()
+    assert value(await scrape(client), "jobq_schedules_errored", queue="billing.reports") == 0
+    due = datetime.fromisoformat(fixed.json()["next_run_at"])
+    assert (await service.enqueue_schedule_runs(batch_size=10, now=due)).enqueued == 1
+
+
+async def test_a_resume_clears_a_schedule_error(
+    app: FastAPI, client: httpx.AsyncClient, clean_db: AsyncEngine
+) -> None:
+    assert (await client.put("/v1/schedules/nightly", json=NIGHTLY)).status_code == 201
+    async with clean_db.begin() as conn:
+        await conn.execute(
+            text(
+                "UPDATE schedules SET last_error = 'boom', errored_at = now() "
+                "WHERE name = 'nightly'"
+            )
+        )
+    resumed = await client.post("/v1/schedules/nightly/resume")
+    assert resumed.status_code == 200
+    assert (resumed.json()["last_error"], resumed.json()["errored_at"]) == (None, None)
+    assert resumed.json()["paused"] is False

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.maintenance.runner import drain
 from app.maintenance.scheduler import Scheduler, SchedulerConfig
-from app.queue.schedules import JobTemplate, ScheduleSpec, Timing, run_key
+from app.queue.schedules import JobTemplate, ScheduleSpec, Timing
 from app.queue.service import JobService
 from tests.integration.helpers import db_now
 from tests.integration.helpers import service as make_service
@@ -70,24 +70,29 @@ async def schedule_row(engine: AsyncEngine, name: str) -> dict[str, Any]:
         return dict(result.mappings().one())
 
 
-async def scheduled_jobs(engine: AsyncEngine, prefix: str = "schedule:") -> list[dict[str, Any]]:
+async def scheduled_jobs(engine: AsyncEngine) -> list[dict[str, Any]]:
+    """The jobs the scheduler enqueued (marked with their run), by due time."""
     async with engine.connect() as conn:
         result = await conn.execute(
             text(
                 "SELECT id, queue, type, payload, priority, status, run_at, idempotency_key, "
-                "max_attempts, lease_seconds, concurrency_key FROM jobs "
-                "WHERE idempotency_key LIKE :p ORDER BY run_at, id"
-            ),
-            {"p": prefix + "%"},
+                "max_attempts, lease_seconds, concurrency_key, schedule_name, scheduled_for "
+                "FROM jobs WHERE schedule_name IS NOT NULL ORDER BY run_at, id"
+            )
         )
         return [dict(r) for r in result.mappings()]
 
 
-def keys(jobs: Sequence[dict[str, Any]]) -> list[str]:
-    return [j["idempotency_key"] for j in jobs]
+def run_of(name: str, instant: datetime) -> tuple[str, datetime]:
+    """A run as its job is marked: the schedule's name and the run's instant."""
+    return (name, instant)
 
 
-async def test_a_due_run_is_enqueued_once_with_its_instant_as_key(
+def keys(jobs: Sequence[dict[str, Any]]) -> list[tuple[str, datetime]]:
+    return [(j["schedule_name"], j["scheduled_for"]) for j in jobs]
+
+
+async def test_a_due_run_is_enqueued_once_marked_with_its_instant(
     clean_db: AsyncEngine, svc: JobService
 ) -> None:
     await svc.schedule_put(
@@ -102,11 +107,8 @@ async def test_a_due_run_is_enqueued_once_with_its_instant_as_key(
     outcome = await scheduler.run_once(now=due)
     assert (outcome.schedules, outcome.enqueued, outcome.skipped) == (1, 1, ())
     [job] = await scheduled_jobs(clean_db)
-    assert (
-        job["idempotency_key"]
-        == run_key("report", due)
-        == f"schedule:report:{due:%Y-%m-%dT%H:%M:%SZ}"
-    )
+    assert keys([job]) == [run_of("report", due)]
+    assert job["idempotency_key"] is None  # the producers' namespace is theirs alone
     assert (job["queue"], job["type"], job["payload"], job["priority"]) == (
         "periodic",
         "tick",
@@ -153,7 +155,7 @@ async def test_after_downtime_exactly_catch_up_missed_runs_and_the_current_one(
 async def test_a_stale_pass_finds_the_runs_taken_and_doubles_nothing(
     clean_db: AsyncEngine, svc: JobService
 ) -> None:
-    """A second leader that read the schedule before the first one moved it: the keys decide."""
+    """A second leader that read the schedule before the first one moved it: the marks decide."""
     await svc.schedule_put("tick", spec(interval_seconds=5, catch_up=10))
     base = utc(2026, 11, 30, 8, 0, 0)
     await set_next_run(clean_db, "tick", base)
@@ -166,7 +168,7 @@ async def test_a_stale_pass_finds_the_runs_taken_and_doubles_nothing(
     again = await svc.enqueue_schedule_runs(batch_size=10, now=now)
     assert again.schedules == 1 and again.enqueued == 0
     assert keys(await scheduled_jobs(clean_db)) == [
-        run_key("tick", base + timedelta(seconds=s)) for s in (0, 5, 10)
+        run_of("tick", base + timedelta(seconds=s)) for s in (0, 5, 10)
     ]
     row = await schedule_row(clean_db, "tick")
     assert row["next_run_at"] == base + timedelta(seconds=15)
@@ -201,7 +203,7 @@ async def test_passes_running_at_once_double_nothing(
     for i, name in enumerate(names):
         step = 1 + i % 3
         expected += [
-            run_key(name, base + timedelta(seconds=s)) for s in range(0, 5) if s % step == 0
+            run_of(name, base + timedelta(seconds=s)) for s in range(0, 5) if s % step == 0
         ]
     assert sorted(keys(jobs)) == sorted(expected)
     assert (await one.enqueue_schedule_runs(batch_size=100, now=now)).schedules == 0
@@ -258,7 +260,7 @@ async def test_enqueued_runs_wake_a_waiting_claim(clean_db: AsyncEngine, svc: Jo
     assert (await svc.enqueue_schedule_runs(batch_size=10)).enqueued == 1
     # No backstop runs here: only the announcement can wake the claim before its 20 s.
     [job] = await asyncio.wait_for(claim, timeout=5)
-    assert job["idempotency_key"].startswith("schedule:wake:")
+    assert job["schedule_name"] == "wake"
 
 
 # -- daylight saving time, through the pass ----------------------------------------------------
@@ -272,7 +274,7 @@ async def pass_at(svc: JobService, now: datetime) -> list[str]:
     return [
         f"{j['run_at']:%Y-%m-%dT%H:%M:%SZ}"
         for j in await scheduled_jobs(engine)
-        if j["idempotency_key"] not in before
+        if (j["schedule_name"], j["scheduled_for"]) not in before
     ]
 
 

@@ -14,7 +14,6 @@ from app.queue.schedules import (
     cron_expression,
     cron_next_after,
     cron_prev_before,
-    run_key,
     time_zone,
 )
 
@@ -84,11 +83,31 @@ def test_cron_expressions_are_stored_normalised() -> None:
     assert cron_expression("0 0 L * *") == "0 0 L * *"
 
 
-@pytest.mark.parametrize("name", ["Mars/Olympus", "CEST", "../../etc/passwd", "/etc/localtime", ""])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "Mars/Olympus",
+        "CEST",
+        "../../etc/passwd",
+        "/etc/localtime",
+        "",
+        # What only a host's zoneinfo directory holds, and the placeholder that is no place.
+        "localtime",
+        "posixrules",
+        "posix/Europe/Berlin",
+        "right/UTC",
+        "Factory",
+    ],
+)
 def test_unknown_time_zones_name_timezone(name: str) -> None:
     with pytest.raises(ScheduleError) as caught:
         Timing(cron="* * * * *", timezone=name)
     assert caught.value.field == "timezone"
+
+
+@pytest.mark.parametrize("name", ["UTC", "Europe/Berlin", "America/New_York", "US/Eastern"])
+def test_iana_zones_and_their_links_are_accepted(name: str) -> None:
+    assert Timing(cron="* * * * *", timezone=name).timezone == name
 
 
 def test_cron_or_interval_exactly() -> None:
@@ -308,8 +327,3 @@ def test_first_runs_and_resumes() -> None:
     assert every_hour.resumed_run(utc(2026, 6, 1, 6), now) == utc(2026, 6, 1, 9)
     assert every_hour.resumed_run(utc(2026, 6, 1, 10), now) == utc(2026, 6, 1, 10)
     assert Timing(cron="*/10 * * * *").resumed_run(utc(2026, 5, 1), now) == utc(2026, 6, 1, 8, 20)
-
-
-def test_run_keys_name_the_instant_in_utc() -> None:
-    instant = datetime(2026, 3, 29, 3, 0, tzinfo=time_zone(BERLIN))
-    assert run_key("nightly", instant) == "schedule:nightly:2026-03-29T01:00:00Z"

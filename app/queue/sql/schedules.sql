@@ -6,15 +6,76 @@
 -- a pass exactly at a due time.
 
 -- name: schedule_due
--- Locks at most :batch_size active schedules whose next run is due by :now, earliest first, skipping rows another pass holds; answers them with the clock they were judged by (db_now).
--- Walks ix_schedules_due (active schedules by next_run_at): its size is the schedules, and a pass
--- reads only the due ones.
+-- Locks at most :batch_size active schedules not in error whose next run is due by :now, earliest first, skipping rows another pass holds; answers them with the clock they were judged by (db_now).
+-- Walks ix_schedules_due (active schedules not in error by next_run_at): its size is the
+-- schedules, and a pass reads only the due ones. An errored schedule is parked: no pass locks
+-- it until a change or a resume clears its error.
 SELECT s.*, COALESCE(CAST(:now AS timestamptz), now()) AS db_now
 FROM schedules s
-WHERE NOT s.paused AND s.next_run_at <= COALESCE(CAST(:now AS timestamptz), now())
+WHERE NOT s.paused AND s.errored_at IS NULL
+  AND s.next_run_at <= COALESCE(CAST(:now AS timestamptz), now())
 ORDER BY s.next_run_at
 LIMIT :batch_size
 FOR UPDATE SKIP LOCKED;
+
+-- name: schedule_run_enqueue
+-- Inserts the jobs of schedule runs in order (items: a job's fields, schedule_name and scheduled_for, its run_at); a run that has its job already is skipped and answered with no job.
+-- The run's mark (schedule_name, scheduled_for) is written here and nowhere else, and
+-- uq_jobs_schedule_run holds one job per mark: no idempotency key is set, so nothing a producer
+-- enqueues can stand in for a run or keep one from being enqueued.
+WITH items AS MATERIALIZED (
+    SELECT t.ord, t.item, nextval(pg_get_serial_sequence('jobs', 'id')) AS new_id,
+           (t.item->>'scheduled_for')::timestamptz AS run_at
+    FROM jsonb_array_elements(CAST(:items AS jsonb)) WITH ORDINALITY AS t(item, ord)
+),
+inserted AS (
+    INSERT INTO jobs (id, queue, type, payload, priority, status, max_attempts, lease_seconds,
+                      timeout_seconds, run_at, concurrency_key, schedule_name, scheduled_for)
+    OVERRIDING SYSTEM VALUE
+    SELECT new_id,
+           item->>'queue',
+           item->>'type',
+           COALESCE(item->'payload', 'null'::jsonb),
+           (item->>'priority')::int,
+           CASE WHEN run_at > now() THEN 'scheduled' ELSE 'pending' END,
+           (item->>'max_attempts')::int,
+           (item->>'lease_seconds')::int,
+           (item->>'timeout_seconds')::int,
+           run_at,
+           item->>'concurrency_key',
+           item->>'schedule_name',
+           run_at
+    FROM items
+    ORDER BY ord
+    ON CONFLICT (schedule_name, scheduled_for) WHERE schedule_name IS NOT NULL DO NOTHING
+    RETURNING *
+)
+SELECT items.ord AS ord, inserted.*
+FROM items LEFT JOIN inserted ON inserted.id = items.new_id
+ORDER BY items.ord;
+
+-- name: schedule_run_jobs
+-- Reads the jobs the scheduler enqueued for the given runs (keys: schedule_name, scheduled_for).
+SELECT j.*
+FROM jsonb_to_recordset(CAST(:keys AS jsonb)) AS k(schedule_name text, scheduled_for timestamptz)
+JOIN jobs j ON j.schedule_name = k.schedule_name AND j.scheduled_for = k.scheduled_for;
+
+-- name: schedule_park
+-- Records why schedules could not be planned and parks them, only where next_run_at is still the value the pass read (items: name, expected, error); answers the names parked.
+UPDATE schedules s
+SET last_error = i.error,
+    errored_at = now()
+FROM jsonb_to_recordset(CAST(:items AS jsonb)) AS i(name text, expected timestamptz, error text)
+WHERE s.name = i.name AND s.next_run_at = i.expected AND s.errored_at IS NULL
+RETURNING s.name;
+
+-- name: schedule_errored_counts
+-- Schedules in error, per queue of their template.
+SELECT queue, count(*)::int AS errored
+FROM schedules
+WHERE errored_at IS NOT NULL
+GROUP BY queue
+ORDER BY queue;
 
 -- name: schedule_advance
 -- Moves each schedule to its next run and records its latest run, only where next_run_at is still the value the pass read (items: name, expected, next_run_at, last_run_at, last_job_id); answers the names moved.
@@ -35,7 +96,7 @@ FROM (SELECT 1) AS one
 LEFT JOIN LATERAL (SELECT * FROM schedules WHERE name = :name FOR UPDATE) s ON true;
 
 -- name: schedule_upsert
--- Creates a schedule, or replaces a definition that differs; answers the row (with created) when it was written, nothing when the definition was the same.
+-- Creates a schedule, or replaces a definition that differs or is in error (clearing the error); answers the row (with created) when it was written, nothing when the definition was the same.
 -- A replacement keeps next_run_at while the timing (cron, interval, zone) stays and the schedule
 -- is not being resumed, so re-applying a definition never moves or skips a run; otherwise it takes
 -- :next_run_at, the first run after now. :paused NULL keeps the schedule's state (active if new).
@@ -71,8 +132,11 @@ SET cron = EXCLUDED.cron,
         ELSE EXCLUDED.next_run_at
     END,
     source = EXCLUDED.source,
+    last_error = NULL,
+    errored_at = NULL,
     updated_at = now()
-WHERE (s.cron, s.interval_seconds, s.timezone, s.queue, s.type, s.payload, s.priority,
+WHERE s.errored_at IS NOT NULL
+   OR (s.cron, s.interval_seconds, s.timezone, s.queue, s.type, s.payload, s.priority,
        s.max_attempts, s.lease_seconds, s.timeout_seconds, s.concurrency_key, s.catch_up,
        s.source, s.paused)
       IS DISTINCT FROM
@@ -83,12 +147,16 @@ WHERE (s.cron, s.interval_seconds, s.timezone, s.queue, s.type, s.payload, s.pri
 RETURNING s.*, (s.xmax = 0) AS created;
 
 -- name: schedule_set_paused
--- Pauses or resumes a schedule not already in that state (a resume moves it to :next_run_at, its first run after now); answers the row when it changed.
+-- Pauses or resumes a schedule not already in that state, or resumes one in error (a resume moves it to :next_run_at, its first run after now, and clears the error); answers the row when it changed.
 UPDATE schedules
 SET paused = CAST(:paused AS boolean),
     next_run_at = COALESCE(CAST(:next_run_at AS timestamptz), next_run_at),
+    last_error = CASE WHEN CAST(:paused AS boolean) THEN last_error END,
+    errored_at = CASE WHEN CAST(:paused AS boolean) THEN errored_at END,
     updated_at = now()
-WHERE name = :name AND paused <> CAST(:paused AS boolean)
+WHERE name = :name
+  AND (paused <> CAST(:paused AS boolean)
+       OR (NOT CAST(:paused AS boolean) AND errored_at IS NOT NULL))
 RETURNING *;
 
 -- name: schedule_delete
