@@ -9,8 +9,9 @@ Create Date: 2026-12-02
   field reaches them. ``uq_jobs_schedule_run`` (unique, partial) makes each run one job. Until
   now a run was the job with the idempotency key ``schedule:<name>:<instant>``, a key any
   producer of the queue could take first, so that the scheduler adopted the producer's job as
-  the run. Jobs enqueued before this revision keep their keys and are not marked: a run is
-  enqueued once by the pass's own transaction, the marks are the second line of defence.
+  the run. Jobs enqueued before this revision keep their keys and are not marked (which of them
+  a producer made cannot be told): a run is enqueued once by the pass's own transaction, the
+  marks are the second line of defence.
 - ``schedules.last_error`` / ``schedules.errored_at``: why and since when a schedule could not
   be planned (say its zone is unknown to the instance that ran the pass). An errored schedule
   is parked: ``ix_schedules_due`` leaves it out, so no pass locks it again until a change
@@ -18,7 +19,7 @@ Create Date: 2026-12-02
 
 Rolling deploys: instances of 0014 still serving enqueue runs with the old idempotency keys and
 no marks, and do not skip errored schedules (they fail on them as before, without recording
-anything). Their statements name their columns, so the new ones cost them nothing.
+anything). The new columns are nullable and the old statements never write them.
 """
 
 from collections.abc import Sequence

@@ -34,8 +34,8 @@ class Scheduler(BatchLoop[SchedulerConfig]):
     """Enqueues the due runs of schedules in bounded passes, on the leader.
 
     Each pass is one transaction (``JobService.enqueue_schedule_runs``): the due schedules are
-    locked with ``SKIP LOCKED``, their runs enqueued with idempotency keys that name the run's
-    instant, and the schedules moved on with a conditional UPDATE. A leader change, or two
+    locked with ``SKIP LOCKED``, their runs enqueued as jobs marked with the schedule and the run's
+    instant (one job per mark), and the schedules moved on with a conditional UPDATE. A leader change, or two
     instances running this at once, can therefore neither lose a committed pass nor double a
     run. A run is enqueued within about one interval of its time (plus the failover time after
     a leader dies; runs missed meanwhile are caught up within each schedule's ``catch_up``).
@@ -45,7 +45,8 @@ class Scheduler(BatchLoop[SchedulerConfig]):
     leader_only = True
 
     async def run_once(self, *, now: datetime | None = None) -> SchedulePass:
-        """One pass (as of ``now``, default the database's now()); logs skipped and failed runs."""
+        """One pass (as of ``now``, default the database's now()); logs skipped runs and the
+        schedules it parked."""
         outcome = await self.service.enqueue_schedule_runs(
             batch_size=self.config.batch_size, now=now
         )
@@ -61,7 +62,7 @@ class Scheduler(BatchLoop[SchedulerConfig]):
             )
         for name, reason in outcome.failed:
             logger.error(
-                "schedule %s could not be planned and is left as it is: %s",
+                "schedule %s could not be planned and is parked until changed or resumed: %s",
                 name,
                 reason,
                 extra={"event": "schedule.failed", "schedule": name},

@@ -75,7 +75,7 @@ class SchedulePass:
     schedules: int  # schedules moved to their next run
     enqueued: int  # jobs created (a run whose job existed already is not counted)
     skipped: tuple[SkippedRuns, ...] = ()
-    # Schedules that could not be planned (name, reason); left as they are, and reported.
+    # Schedules that could not be planned (name, reason); parked with the reason as last_error.
     failed: tuple[tuple[str, str], ...] = ()
 
 

@@ -96,3 +96,31 @@ async def test_the_page_needs_a_session_and_shows_an_empty_list(app: FastAPI, ke
     async with signed_in(app, keys.admin) as admin:
         page = await admin.get("/dashboard/schedules")
         assert page.status_code == 200 and "No schedule yet" in page.text
+
+
+async def test_a_schedule_in_error_shows_its_error(
+    app: FastAPI, keys: Keys, clean_db: AsyncEngine
+) -> None:
+    """Regression (issue 18, defect 9): a schedule no pass could plan looked like any other."""
+    async with api(app, keys.admin) as client:
+        body = {"cron": "0 3 * * *", "template": {"queue": "billing.reports", "type": "n"}}
+        assert (await client.put("/v1/schedules/lost", json=body)).status_code == 201
+        assert (await client.put("/v1/schedules/fine", json=body)).status_code == 201
+    async with clean_db.begin() as conn:
+        await conn.execute(
+            text(
+                "UPDATE schedules SET timezone = 'Mars/Olympus', "
+                "next_run_at = now() - interval '1 minute' WHERE name = 'lost'"
+            )
+        )
+    service = app_state(app).running().service
+    assert [name for name, _ in (await service.enqueue_schedule_runs(batch_size=10)).failed] == [
+        "lost"
+    ]
+
+    async with signed_in(app, keys.viewer) as viewer:
+        html = (await viewer.get("/dashboard/schedules")).text
+        lost = row_of(html, "lost")
+        assert "error-badge" in lost and "Mars/Olympus" in cell(lost, "next")
+        fine = row_of(html, "fine")
+        assert "error-badge" not in fine and "<time" in cell(fine, "next")
