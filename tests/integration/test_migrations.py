@@ -11,6 +11,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
@@ -158,3 +159,48 @@ def test_0014_moves_the_slots_of_running_jobs_to_rows_per_queue(empty_database: 
     )
     downgrade(empty_database, "0013")
     assert state() == ([("key:c", 2), ("queue:a", 1)], [["key:c", "queue:a"], ["key:c"], None])
+
+
+def test_0015_adds_the_run_marks_and_schedule_errors_and_parks_nothing_on_upgrade(
+    empty_database: str,
+) -> None:
+    upgrade(empty_database, "0014")
+    asyncio.run(
+        _run_sql(
+            empty_database,
+            "INSERT INTO schedules (name, interval_seconds, queue, type, next_run_at) "
+            "VALUES ('tick', 60, 'q', 't', now())",
+            "INSERT INTO jobs (queue, type, status, max_attempts, lease_seconds, run_at, "
+            "idempotency_key) VALUES ('q', 't', 'pending', 1, 30, now(), 'schedule:tick:x')",
+        )
+    )
+    upgrade(empty_database)
+    [schedules, marks] = asyncio.run(
+        _run_sql(
+            empty_database,
+            "SELECT name, last_error, errored_at FROM schedules",
+            "SELECT idempotency_key, schedule_name, scheduled_for FROM jobs",
+        )
+    )
+    # Existing schedules start without error; old runs keep their keys and get no mark.
+    assert schedules == [("tick", None, None)]
+    assert marks == [("schedule:tick:x", None, None)]
+    # One job per mark.
+    mark = (
+        "INSERT INTO jobs (queue, type, status, max_attempts, lease_seconds, run_at, "
+        "schedule_name, scheduled_for) VALUES ('q', 't', 'pending', 1, 30, "
+        "'2026-12-02 00:00:00+00', 'tick', '2026-12-02 00:00:00+00')"
+    )
+    asyncio.run(_run_sql(empty_database, mark))
+    with pytest.raises(IntegrityError):
+        asyncio.run(_run_sql(empty_database, mark))
+    downgrade(empty_database, "0014")
+    [columns] = asyncio.run(
+        _run_sql(
+            empty_database,
+            "SELECT table_name, column_name FROM information_schema.columns "
+            "WHERE (table_name, column_name) IN (('jobs', 'schedule_name'), "
+            "('jobs', 'scheduled_for'), ('schedules', 'last_error'), ('schedules', 'errored_at'))",
+        )
+    )
+    assert columns == []
