@@ -83,6 +83,16 @@ def empty_database(pg_server_url: str) -> Iterator[str]:
         drop_database(pg_server_url, url)
 
 
+def _package_files(package: Path) -> set[str]:
+    return {
+        path.relative_to(package).as_posix()
+        for path in package.rglob("*")
+        if path.is_file()
+        and "__pycache__" not in path.parts
+        and not any(part.startswith(".") for part in path.relative_to(package).parts)
+    }
+
+
 async def _version(url: str) -> str:
     engine = create_async_engine(async_url(url), poolclass=NullPool)
     try:
@@ -107,6 +117,9 @@ def test_the_installed_wheel_migrates_from_its_own_files(
         env,
     ).stdout.strip()
     assert Path(where).is_relative_to(wheel_venv), where
+    shipped = _package_files(Path(where).parent)
+    assert _package_files(REPO_ROOT / "app") <= shipped  # templates, static files, SQL
+    assert {"_migrations/alembic.ini", "_migrations/alembic/env.py"} <= shipped
 
     migrated = run([str(wheel_venv / "bin" / "jobq"), "migrate"], elsewhere, env)
 
