@@ -127,3 +127,13 @@ def test_the_installed_wheel_migrates_from_its_own_files(
     head = ScriptDirectory.from_config(alembic_config(empty_database)).get_current_head()
     assert asyncio.run(_version(empty_database)) == head
     assert os.listdir(elsewhere) == []  # no data folder, no embedded cluster: DATABASE_URL served
+
+
+def test_the_migrations_folder_never_shadows_the_alembic_library() -> None:
+    # The repository's root is on sys.path (an editable install, pytest's rootdir): a package
+    # there named alembic would be imported in place of the library.
+    import alembic
+
+    assert not (REPO_ROOT / "alembic" / "__init__.py").exists()
+    assert alembic.__file__ is not None
+    assert not Path(alembic.__file__).is_relative_to(REPO_ROOT / "alembic")
