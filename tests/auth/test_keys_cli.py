@@ -1,11 +1,13 @@
-"""``jobq keys``: the secret alone on stdout, listings without secrets, revocation, bad input."""
+"""``jobq keys``: the secret alone on stdout, listings without secrets, revocation, bad input, no database."""
 
 from __future__ import annotations
 
 import re
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -85,3 +87,32 @@ async def test_bad_names_scopes_and_taken_names_are_refused(
     async with clean_db.connect() as conn:
         names = (await conn.execute(text("SELECT array_agg(name) FROM api_keys"))).scalar()
     assert names == ["ops"]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["create", "--role", "admin", "--name", "ops"], ["list"], ["revoke", "ops"]],
+    ids=["create", "list", "revoke"],
+)
+def test_with_no_database_the_key_commands_stop_and_make_no_cluster(
+    tmp_path: Path, command: list[str]
+) -> None:
+    env = clean_environment()
+    for name in ("DATABASE_URL", "DIRECT_DATABASE_URL"):
+        env.pop(name, None)
+
+    done = subprocess.run(
+        [sys.executable, "-m", "app.cli", "keys", *command],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert str(tmp_path.resolve() / ".jobq" / "pgdata") in done.stderr
+    assert "DATABASE_URL" in done.stderr and "JOBQ_DATA_DIR" in done.stderr
+    assert list(tmp_path.iterdir()) == []  # no data folder, no cluster made behind the user's back

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fnmatch
 import re
 import tomllib
 from pathlib import Path
@@ -147,16 +146,16 @@ def test_no_template_or_static_file_points_outside_the_service() -> None:
 
 
 def test_every_template_and_static_file_ships_in_the_package() -> None:
-    """Each file under app/dashboard/ that is not Python matches a package-data glob."""
+    """The wheel takes the app package whole: no exclusion may leave dashboard files behind.
+
+    tests/packaging/test_wheel.py checks the built wheel itself.
+    """
     project = tomllib.loads((DASHBOARD.parents[1] / "pyproject.toml").read_text())
-    globs = project["tool"]["setuptools"]["package-data"]["app"]
-    app_root = DASHBOARD.parent
-    for path in DASHBOARD.rglob("*"):
-        if path.is_file() and path.suffix != ".py" and "__pycache__" not in path.parts:
-            relative = path.relative_to(app_root).as_posix()
-            assert any(
-                fnmatch.fnmatch(relative, g) and relative.count("/") == g.count("/") for g in globs
-            ), relative
+    build = project["tool"]["hatch"]["build"]
+    wheel = build["targets"]["wheel"]
+    assert "app" in wheel["packages"]
+    for config in (build, wheel):
+        assert not {"exclude", "only-include", "include"} & config.keys(), config
 
 
 def test_the_dashboard_is_not_in_the_openapi_document(app: FastAPI) -> None:

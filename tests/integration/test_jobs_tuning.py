@@ -14,10 +14,10 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
 from app.db import async_url
-from app.migrations import PROJECT_ROOT, downgrade, upgrade
+from app.migrations import downgrade, migrations_home, upgrade
 from tests.conftest import create_database, drop_database
 
-MIGRATION = Path(PROJECT_ROOT, "alembic", "versions", "20261201_0008_jobs_tuning.py")
+MIGRATION = Path(migrations_home(), "alembic", "versions", "20261201_0008_jobs_tuning.py")
 
 
 def _migration() -> ModuleType:
