@@ -133,6 +133,33 @@ def brief(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first[:300]}"
 
 
+# asyncpg's errors that say the connection is gone or unusable, not that a statement failed:
+# the backend was terminated (57P01 and its kin, or a closed socket), or the protocol is left
+# mid-operation (InternalClientError, "cannot switch to state ...; another operation is in
+# progress"). Such a connection must never serve another statement.
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    asyncpg.InterfaceError,  # ConnectionDoesNotExistError's kin: "connection is closed"
+    asyncpg.InternalClientError,
+    asyncpg.PostgresConnectionError,  # SQLSTATE class 08, ConnectionDoesNotExistError
+    asyncpg.AdminShutdownError,  # 57P01: pg_terminate_backend, a fast shutdown
+    asyncpg.CrashShutdownError,  # 57P02
+    asyncpg.CannotConnectNowError,  # 57P03
+    OSError,  # ConnectionResetError, BrokenPipeError: the socket itself
+)
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether an error (SQLAlchemy's or asyncpg's own) means the connection is gone or unusable."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, CONNECTION_ERRORS):
+            return True
+        current = getattr(current, "orig", None) or current.__cause__
+    return False
+
+
 def sqlstate(exc: BaseException) -> str | None:
     """The PostgreSQL SQLSTATE behind a SQLAlchemy / asyncpg error, if any."""
     seen: set[int] = set()
@@ -209,14 +236,14 @@ async def _database_error(_: Request, exc: Exception) -> JSONResponse:
     if code == "23505":
         return problem(409, "Conflict", "a unique value already exists", slug="conflict")
     invalidated = isinstance(exc, DBAPIError) and exc.connection_invalidated
-    if invalidated or code.startswith("08") or code in {"57P01", "57P02", "57P03"}:
+    if invalidated or connection_lost(exc) or code.startswith("08"):
         return _unavailable()
     return await _unexpected_error(_, exc)
 
 
 async def _connection_lost(_: Request, exc: Exception) -> JSONResponse:
-    # asyncpg's InterfaceError family (a connection closed under a statement) and refused
-    # connects: the database is away, the request may be retried.
+    # asyncpg's InterfaceError family (a connection closed under a statement), a protocol left
+    # mid-operation by a dead backend, and refused connects: the request may be retried.
     return _unavailable()
 
 
@@ -244,6 +271,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(DBAPIError, _database_error)
     app.add_exception_handler(asyncpg.PostgresError, _database_error)
     app.add_exception_handler(asyncpg.InterfaceError, _connection_lost)
+    app.add_exception_handler(asyncpg.InternalClientError, _connection_lost)
     app.add_exception_handler(ConnectionError, _connection_lost)
     app.add_exception_handler(PoolTimeout, _pool_timeout)
     app.add_exception_handler(Exception, _unexpected_error)

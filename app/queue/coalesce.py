@@ -7,7 +7,9 @@ out together as soon as one finishes. Each request is answered from the statemen
 its items, after that statement committed: nothing is acknowledged before it is durable.
 
 A merged statement that fails is run again for each request on its own, so one request's bad
-item fails that request only.
+item fails that request only; except for the errors that are the statement's, not an item's
+(``shared_errors``: a lost connection, whose statement may have committed), which go to every
+request it carried.
 """
 
 from __future__ import annotations
@@ -39,10 +41,18 @@ class Coalescer(Generic[ItemT, ResultT]):
     a larger backlog goes out in several.
     """
 
-    def __init__(self, flush: Flush[ItemT, ResultT], *, max_in_flight: int, max_items: int) -> None:
+    def __init__(
+        self,
+        flush: Flush[ItemT, ResultT],
+        *,
+        max_in_flight: int,
+        max_items: int,
+        shared_errors: tuple[type[Exception], ...] = (),
+    ) -> None:
         if max_in_flight < 1 or max_items < 1:
             raise ValueError("max_in_flight and max_items must be >= 1")
         self._flush = flush
+        self._shared_errors = shared_errors
         self.max_in_flight = max_in_flight
         self.max_items = max_items
         self._waiting: list[_Submission[ItemT, ResultT]] = []
@@ -108,8 +118,10 @@ class Coalescer(Generic[ItemT, ResultT]):
                     submission.done.cancel()
             raise
         except Exception as exc:  # noqa: BLE001 - handed to each request, or retried one by one
-            if len(batch) == 1:
-                _settle(batch[0], exc)
+            if len(batch) == 1 or isinstance(exc, self._shared_errors):
+                # Running the requests again one by one could repeat what may have committed.
+                for submission in batch:
+                    _settle(submission, exc)
                 return
             # One request's item may have failed them all: each request on its own, so only
             # that request sees the error.

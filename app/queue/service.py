@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.errors import IdempotencyKeyReused, InvalidTransition, NotFound
+from app.errors import DatabaseUnavailable, IdempotencyKeyReused, InvalidTransition, NotFound
 from app.queue.coalesce import Coalescer
 from app.queue.limits import FlowLimits
 from app.queue.operations import Operations
@@ -45,6 +45,8 @@ FLOW_WINDOW = 2
 # Claim statements one claim may run when limits appeared, or made it skip jobs or create
 # flow_state rows.
 FLOW_TRIES = 4
+# Lease transitions whose repeat with the same lease answers what the first did.
+_REPEATABLE = frozenset({LeaseTransition.COMPLETE, LeaseTransition.HEARTBEAT})
 # A waiter re-claims this long after a bucket's computed refill, so the token is surely there.
 REFILL_SLACK = 0.002
 
@@ -111,6 +113,7 @@ class JobService(Operations, FlowLimits, Scheduling):
             flush,
             max_in_flight=self.coalescing.max_in_flight,
             max_items=self.coalescing.max_items,
+            shared_errors=(DatabaseUnavailable,),
         )
 
     # -- producers ---------------------------------------------------------------------------
@@ -251,14 +254,14 @@ class JobService(Operations, FlowLimits, Scheduling):
         async def work(conn: Driver) -> JobRow | None:
             return await self.repo.job_get(conn, job_id=job_id)
 
-        row = await self._run_hot(work)
+        row = await self._run_hot(work, idempotent=True)
         if row is None:
             raise NotFound(f"job {job_id} not found")
         return row
 
     async def ping(self) -> None:
         """Fails when the database does not answer (through the hot path's pool)."""
-        await self._run_hot(self.repo.health_ping)
+        await self._run_hot(self.repo.health_ping, idempotent=True)
 
     # -- awaiting a result -------------------------------------------------------------------
 
@@ -319,7 +322,8 @@ class JobService(Operations, FlowLimits, Scheduling):
             return row  # still moving: park anyway, the backstop has it
 
         self.statements["await_mark"] += 1
-        row = await self._run_hot(work)
+        # Marking twice marks once.
+        row = await self._run_hot(work, idempotent=True)
         if row is None:
             raise NotFound(f"job {job_id} not found")
         return row
@@ -585,7 +589,8 @@ class JobService(Operations, FlowLimits, Scheduling):
             return outcomes, set(taken)
 
         self.statements[f"lease_{transition.value}"] += 1
-        outcomes, changed = await self._run_hot(work)
+        # A complete or heartbeat sent again with the same lease answers the same success.
+        outcomes, changed = await self._run_hot(work, idempotent=transition in _REPEATABLE)
         # A job made claimable, or a running slot given back: a waiting claim may now take one.
         self._announce_counts(
             o.queue

@@ -18,7 +18,7 @@ import asyncpg
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.errors import DatabaseUnavailable, InvalidInput, sqlstate
+from app.errors import CONNECTION_ERRORS, DatabaseUnavailable, InvalidInput, sqlstate
 from app.queue.bounds import MAX_BIGINT
 from app.queue.repository import Driver, Repository
 from app.queue.states import Operation, allowed_from
@@ -52,6 +52,21 @@ def decode_cursor(cursor: str) -> int:
             "malformed cursor", errors=[{"field": "query.after", "message": "malformed cursor"}]
         ) from None
     return job_id
+
+
+def _unavailable(detail: str) -> DatabaseUnavailable:
+    return DatabaseUnavailable(detail, headers={"Retry-After": "1"})
+
+
+def _wire(conn: Any) -> Any:
+    """The asyncpg protocol under a pooled connection, kept for after the pool detaches it.
+
+    Its ``queries_count`` counts a statement once its Bind and Execute are written, not before;
+    the state check that refuses a connection left mid-operation by a dead backend comes first.
+    So an unchanged count after an error means nothing of the work reached the server. (The
+    pool reads the same counter for ``max_queries``.)
+    """
+    return conn._protocol
 
 
 def valid_id(job_id: int) -> bool:
@@ -98,16 +113,28 @@ class ServiceCore:
         raise RuntimeError("unreachable: the last attempt returns or raises")
 
     async def _run_hot(
-        self, work: Callable[[Driver], Awaitable[T]], *, transaction: bool = False
+        self,
+        work: Callable[[Driver], Awaitable[T]],
+        *,
+        transaction: bool = False,
+        idempotent: bool = False,
     ) -> T:
-        """Like :meth:`_run`, on a driver connection: for the statements on the hot path."""
-        for attempt in range(1, TRANSACTION_TRIES + 1):
-            try:
-                conn = await self.pool.acquire(timeout=self.pool_timeout)
-            except TimeoutError:
-                raise DatabaseUnavailable(
-                    "no database connection became free in time; retry"
-                ) from None
+        """Like :meth:`_run`, on a driver connection: for the statements on the hot path.
+
+        A connection that breaks under ``work`` (its backend terminated, the socket closed, the
+        protocol left mid-operation) is terminated, never handed out again. ``work`` then runs
+        once more on a fresh connection when that cannot repeat a commit: nothing of it
+        reached the server, or it is ``idempotent`` (a read, or a change whose repeat answers
+        the same). Otherwise, and when the fresh connection breaks too, the request gets a 503:
+        whether its statement committed is unknown, and the client's retry is the one that
+        knows what it asked for.
+        """
+        reconnected = False
+        attempt = 1
+        while True:
+            conn = await self._acquire_hot()
+            wire = _wire(conn)
+            sent_before = wire.queries_count
             try:
                 if transaction:
                     async with conn.transaction():
@@ -118,13 +145,29 @@ class ServiceCore:
                 # it must not serve anyone else.
                 conn.terminate()
                 raise
+            except CONNECTION_ERRORS as exc:
+                unsent = wire.queries_count == sent_before
+                conn.terminate()
+                if reconnected or not (idempotent or unsent):
+                    raise _unavailable("the database connection was lost; retry") from exc
+                reconnected = True
             except asyncpg.PostgresError as exc:
                 if sqlstate(exc) in _RETRYABLE_SQLSTATES and attempt < TRANSACTION_TRIES:
+                    attempt += 1
                     continue
                 raise
             finally:
+                # A terminated connection goes back as a closed one; the pool replaces it.
                 await self.pool.release(conn)
-        raise RuntimeError("unreachable: the last attempt returns or raises")
+
+    async def _acquire_hot(self) -> Any:
+        try:
+            return await self.pool.acquire(timeout=self.pool_timeout)
+        except TimeoutError:
+            raise _unavailable("no database connection became free in time; retry") from None
+        except CONNECTION_ERRORS as exc:
+            # The pool opens a replacement for a closed connection here: the server refused it.
+            raise _unavailable("the database is unavailable; retry") from exc
 
     def _emit(self, events: Sequence[JobEvent]) -> None:
         if events:

@@ -101,3 +101,32 @@ async def test_a_backlog_larger_than_one_statement_goes_out_in_several() -> None
 def test_limits_are_validated() -> None:
     with pytest.raises(ValueError):
         Coalescer(Statements(), max_in_flight=0, max_items=1)
+
+
+class StatementLost(Exception):
+    """Stands for a lost connection: whether the statement committed is unknown."""
+
+
+async def test_a_shared_error_goes_to_every_request_without_running_them_again() -> None:
+    run = Statements()
+    run.gate = asyncio.Event()
+    lost_once = [True]
+
+    async def flush(items: Sequence[int]) -> list[int]:
+        results = await run(items)
+        if len(items) > 1 and lost_once.pop():
+            raise StatementLost("the connection broke after the statement was sent")
+        return results
+
+    coalescer = Coalescer(flush, max_in_flight=1, max_items=100, shared_errors=(StatementLost,))
+    blocker = asyncio.ensure_future(coalescer.submit([0]))
+    await poll_until(lambda: len(run.calls) == 1, what="the first statement")
+    merged = [asyncio.ensure_future(coalescer.submit([n])) for n in (1, 2)]
+    await poll_until(lambda: coalescer.waiting == 2, what="the requests to queue")
+    run.gate.set()
+    assert await blocker == [0]
+    for request in merged:
+        with pytest.raises(StatementLost):
+            await request
+    # Running each request again could repeat what may have committed: nothing ran again.
+    assert run.calls == [[0], [1, 2]]
