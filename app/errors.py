@@ -46,6 +46,10 @@ class InvalidTransition(JobqError):
     """The job's current state does not allow the requested operation."""
 
 
+class QueueNotEmpty(JobqError):
+    """A queue cannot be deleted while jobs name it."""
+
+
 class IdempotencyKeyReused(JobqError):
     """An idempotency key was sent again with a different request."""
 
@@ -82,6 +86,7 @@ class NotReady(JobqError):
 ERROR_TABLE: dict[type[JobqError], tuple[int, str, str]] = {
     NotFound: (404, "Not Found", "not-found"),
     InvalidTransition: (409, "Conflict", "invalid-transition"),
+    QueueNotEmpty: (409, "Conflict", "queue-not-empty"),
     IdempotencyKeyReused: (422, "Idempotency key reused", "idempotency-key-reused"),
     InvalidInput: (422, "Unprocessable Content", "validation-error"),
     UnsupportedMediaType: (415, "Unsupported Media Type", "unsupported-media-type"),

@@ -21,6 +21,7 @@ from app.api.state import AppState, Runtime, app_state
 from app.auth import store as key_store
 from app.auth.keyring import KeyRing
 from app.auth.limiter import FailureLimiter
+from app.dashboard import docs as api_docs
 from app.dashboard import router as dashboard
 from app.db import create_control_engine, create_driver_pool, create_engine
 from app.errors import brief, install_error_handlers
@@ -266,7 +267,16 @@ def _announce_nothing(queue: str, count: int) -> None:
 
 def create_app(settings: Settings) -> FastAPI:
     """Builds the app for these settings; nothing is connected until the lifespan starts."""
-    app = JobqAPI(title="jobq", version="0.1.0", description=API_DESCRIPTION, lifespan=lifespan)
+    # FastAPI's own /docs and /redoc load their assets from a CDN: app/dashboard/docs.py serves
+    # /docs from this process instead, and ReDoc not at all.
+    app = JobqAPI(
+        title="jobq",
+        version="0.1.0",
+        description=API_DESCRIPTION,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+    )
     # Not FastAPI's own max_body_size: its limiter answers outside our handlers, in plain text.
     app.body_limit_bytes = settings.max_body_bytes
     app.cors_origins = [o.strip() for o in settings.cors_origins.split(",") if o.strip()]
@@ -288,6 +298,7 @@ def create_app(settings: Settings) -> FastAPI:
         observed.router(),
         # Server-rendered pages and their static files, none of them in the OpenAPI document.
         dashboard.build_router(settings),
+        api_docs.build_router(title=app.title, openapi_url=app.openapi_url or "/openapi.json"),
     ):
         app.router.routes.extend(router.routes)
     return app

@@ -268,7 +268,7 @@ api_keys = Table(
 )
 
 # What each admin action writes (migration 0009): one row per accepted cancel, retry, pause or
-# resume, written by the action's own statement, one per bulk action (migration 0010) with its
+# resume (and queue create or delete, migration 0016), written by the action's own statement, one per bulk action (migration 0010) with its
 # filter and count in detail, and one per attempted key create or revoke.
 # Never updated; no pruning yet. The actor is copied as text: keys are revoked, never deleted,
 # and the CLI and anonymous callers have no key row.
@@ -289,6 +289,8 @@ AUDIT_ACTIONS = (
     "schedule.delete",
     "schedule.pause",
     "schedule.resume",
+    "queue.create",
+    "queue.delete",
 )
 
 audit_log = Table(

@@ -36,7 +36,7 @@ _DOING = {
     Permission.WORK: "claim or hold leases",
     Permission.READ_JOBS: "read jobs",
     Permission.OBSERVE: "read queues, workers, metrics and the audit trail",
-    Permission.OPERATE: "cancel, retry, pause or resume",
+    Permission.OPERATE: "cancel or retry jobs, or create, delete, pause or resume queues",
 }
 
 

@@ -1,4 +1,4 @@
-"""Ops endpoints: queue counts, pause / resume, who holds what, the audit trail, health and readiness."""
+"""Ops endpoints: queue counts, create / delete, pause / resume, who holds what, the audit trail, health and readiness."""
 
 # No ``from __future__ import annotations`` here: the path type is built for the app's settings
 # inside build_router, which FastAPI must see as a type.
@@ -7,7 +7,7 @@ from collections import defaultdict
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response, status
 
 from app.api.auth import allow_queue, requires
 from app.api.deps import Runtime, Service
@@ -18,6 +18,7 @@ from app.api.schemas import (
     Health,
     MinuteOutcomes,
     QueueList,
+    QueueSettings,
     QueueState,
     QueueStats,
     WorkerInfo,
@@ -65,18 +66,74 @@ def build_router(settings: Settings) -> APIRouter:
             ]
         )
 
-    @router.post("/v1/queues/{name}/pause", response_model=QueueState, responses={422: PROBLEM})
+    @router.put(
+        "/v1/queues/{name}",
+        status_code=status.HTTP_201_CREATED,
+        response_model=QueueState,
+        responses={
+            200: {"model": QueueState, "description": "The queue existed (it has a row or jobs)"},
+            403: PROBLEM,
+            422: PROBLEM,
+        },
+    )
+    async def put_queue(
+        caller: Operator,
+        name: Queue,
+        service: Service,
+        response: Response,
+        body: QueueSettings | None = None,
+    ) -> QueueState:
+        """Creates the queue (201), so that it can be paused before its first job; a queue that
+        exists answers 200. ``paused`` sets its switch; unset keeps it (a new queue is active).
+
+        Enqueueing to a new name still creates its queue as well.
+        """
+        allow_queue(caller, name, field="path.name")
+        row, created = await service.queue_put(
+            name,
+            paused=body.paused if body is not None else None,
+            actor=caller.name,
+            actor_key_id=caller.key_id,
+        )
+        response.status_code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
+        return QueueState.model_validate(dict(row))
+
+    @router.delete(
+        "/v1/queues/{name}",
+        status_code=status.HTTP_204_NO_CONTENT,
+        response_class=Response,
+        responses={403: PROBLEM, 404: PROBLEM, 409: PROBLEM, 422: PROBLEM},
+    )
+    async def delete_queue(caller: Operator, name: Queue, service: Service) -> Response:
+        """Deletes the queue and its switches; 409 while any job, finished or not, names it.
+
+        Finished jobs go with retention (the pruner) or with ``POST /v1/jobs/bulk/delete``.
+        """
+        allow_queue(caller, name, field="path.name")
+        await service.queue_delete(name, actor=caller.name, actor_key_id=caller.key_id)
+        return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+    @router.post(
+        "/v1/queues/{name}/pause",
+        response_model=QueueState,
+        responses={404: PROBLEM, 422: PROBLEM},
+    )
     async def pause_queue(caller: Operator, name: Queue, service: Service) -> QueueState:
-        """Stops claims from this queue (running jobs carry on)."""
+        """Stops claims from this queue (running jobs carry on); 404 for a queue that neither
+        was created nor has jobs."""
         allow_queue(caller, name, field="path.name")
         row = await service.set_paused(
             name, paused=True, actor=caller.name, actor_key_id=caller.key_id
         )
         return QueueState.model_validate(dict(row))
 
-    @router.post("/v1/queues/{name}/resume", response_model=QueueState, responses={422: PROBLEM})
+    @router.post(
+        "/v1/queues/{name}/resume",
+        response_model=QueueState,
+        responses={404: PROBLEM, 422: PROBLEM},
+    )
     async def resume_queue(caller: Operator, name: Queue, service: Service) -> QueueState:
-        """Lets claims take jobs from this queue again."""
+        """Lets claims take jobs from this queue again; 404 for an unknown queue."""
         allow_queue(caller, name, field="path.name")
         row = await service.set_paused(
             name, paused=False, actor=caller.name, actor_key_id=caller.key_id

@@ -476,6 +476,15 @@ class QueueState(BaseModel):
     paused: bool
 
 
+class QueueSettings(StrictModel):
+    """A queue's switches as ``PUT /v1/queues/{name}`` sets them."""
+
+    paused: bool | None = Field(
+        default=None,
+        description="Set the queue paused or active; unset keeps its state (active when new).",
+    )
+
+
 class WorkerInfo(BaseModel):
     """A worker holding leases now."""
 
@@ -518,6 +527,8 @@ class AuditAction(enum.StrEnum):
     JOB_RETRY = "job.retry"
     QUEUE_PAUSE = "queue.pause"
     QUEUE_RESUME = "queue.resume"
+    QUEUE_CREATE = "queue.create"
+    QUEUE_DELETE = "queue.delete"
     KEY_CREATE = "key.create"
     KEY_REVOKE = "key.revoke"
     BULK_RETRY = "bulk.retry"
@@ -544,7 +555,9 @@ class AuditEntry(BaseModel):
     outcome: Literal["changed", "unchanged", "refused"] = Field(
         description="refused only for key operations (a taken name, no live key of that name)."
     )
-    queue: str | None = Field(description="The job's queue, or the queue paused / resumed.")
+    queue: str | None = Field(
+        description="The job's queue, or the queue created, deleted, paused or resumed."
+    )
     job_id: int | None
     key_name: str | None = Field(description="The key created or revoked.")
     state_before: str | None = Field(

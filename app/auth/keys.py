@@ -41,7 +41,7 @@ class Permission(enum.StrEnum):
     WORK = "work"  # claim, heartbeat, complete, fail, release
     READ_JOBS = "read_jobs"  # GET /v1/jobs, /v1/jobs/{id}
     OBSERVE = "observe"  # GET /v1/queues, /v1/workers, /metrics
-    OPERATE = "operate"  # cancel, retry, pause, resume
+    OPERATE = "operate"  # cancel, retry; create, delete, pause, resume queues
 
 
 GRANTS: dict[Role, frozenset[Permission]] = {

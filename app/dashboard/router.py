@@ -754,9 +754,15 @@ class Dashboard:
         principal = call.caller.principal
         if not principal.covers(name):
             raise Forbidden(f"Key {principal.name!r} is not scoped to queue {name!r}.")
-        await call.service.set_paused(
-            name, paused=paused, actor=principal.name, actor_key_id=principal.key_id
-        )
+        try:
+            await call.service.set_paused(
+                name, paused=paused, actor=principal.name, actor_key_id=principal.key_id
+            )
+        except NotFound:
+            # Deleted since the overview was drawn; the overview shows it gone.
+            return self.redirect(
+                call.request, PREFIX, Flash("error", f"Queue {name} no longer exists")
+            )
         done = "Paused" if paused else "Resumed"
         return self.redirect(call.request, PREFIX, Flash("ok", f"{done} queue {name}"))
 

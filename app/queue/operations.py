@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.errors import InvalidInput, InvalidTransition, NotFound
+from app.errors import InvalidInput, InvalidTransition, NotFound, QueueNotEmpty
 from app.queue.repository import AuditFilter
 from app.queue.states import BulkAction, JobStatus, Operation, bulk_states, bulk_states_allowed
 from app.queue.types import BulkOutcome, JobEvent, JobRow, JobSearch, ListFilter, OpsOutcome
@@ -272,15 +272,71 @@ class Operations(ServiceCore):
     ) -> JobRow:
         """Pauses or resumes a queue; resuming wakes the queue's waiters."""
 
-        async def work(conn: AsyncConnection) -> JobRow:
+        async def work(conn: AsyncConnection) -> JobRow | None:
             return await self.repo.queue_set_paused(
                 conn, name=name, paused=paused, actor=actor, actor_key_id=actor_key_id
             )
 
         row = await self._run(work)
+        if row is None:
+            raise NotFound(
+                f"queue {name} not found: create it with PUT /v1/queues/{name} to pause it "
+                "before its first job"
+            )
         if not paused:
             self.announce(name, RESUME_WAKE_COUNT)
         return row
+
+    async def queue_put(
+        self,
+        name: str,
+        *,
+        paused: bool | None,
+        actor: str = INTERNAL_ACTOR,
+        actor_key_id: int | None = None,
+    ) -> tuple[JobRow, bool]:
+        """Creates a queue, or sets a known queue's switch; the queue and whether it was created.
+
+        ``paused`` ``None`` keeps the switch (a new queue is active). Resuming wakes the
+        queue's waiters.
+        """
+
+        async def work(conn: AsyncConnection) -> JobRow:
+            return await self.repo.queue_put(
+                conn, name=name, paused=paused, actor=actor, actor_key_id=actor_key_id
+            )
+
+        row = await self._run(work)
+        if paused is False:
+            self.announce(name, RESUME_WAKE_COUNT)
+        return row, bool(row["created"])
+
+    async def queue_delete(
+        self, name: str, *, actor: str = INTERNAL_ACTOR, actor_key_id: int | None = None
+    ) -> None:
+        """Deletes a queue that no job names, whatever the jobs' states.
+
+        Finished jobs block it too: they are what an operator looks at after the fact (dead
+        jobs above all), and while they exist the overview lists the queue anyway.
+        """
+
+        async def work(conn: AsyncConnection) -> JobRow:
+            return await self.repo.queue_delete(
+                conn, name=name, actor=actor, actor_key_id=actor_key_id
+            )
+
+        row = await self._run(work)
+        if row["deleted"]:
+            return
+        unfinished, finished = int(row["unfinished"]), int(row["finished"])
+        if unfinished or finished:
+            raise QueueNotEmpty(
+                f"queue {name} still holds {unfinished} unfinished and {finished} finished jobs: "
+                "cancel or finish the unfinished ones and delete the finished ones "
+                "(POST /v1/jobs/bulk/cancel and /v1/jobs/bulk/delete with this queue), or let "
+                "the pruner remove them, then delete the queue"
+            )
+        raise NotFound(f"queue {name} not found")
 
     async def audit_list(
         self,

@@ -305,11 +305,37 @@ class Repository:
         paused: bool,
         actor: str,
         actor_key_id: int | None,
-    ) -> JobRow:
-        """Pauses or resumes a queue."""
+    ) -> JobRow | None:
+        """Pauses or resumes a known queue; ``None`` when no row and no job names it."""
         result = await conn.execute(
             statement("queue_set_paused").clause,
             {"name": name, "paused": paused, "actor": actor, "actor_key_id": actor_key_id},
+        )
+        return result.mappings().one_or_none()
+
+    async def queue_put(
+        self,
+        conn: AsyncConnection,
+        *,
+        name: str,
+        paused: bool | None,
+        actor: str,
+        actor_key_id: int | None,
+    ) -> JobRow:
+        """Creates a queue or sets its switch (``None`` keeps it); the row says if it was created."""
+        result = await conn.execute(
+            statement("queue_put").clause,
+            {"name": name, "paused": paused, "actor": actor, "actor_key_id": actor_key_id},
+        )
+        return result.mappings().one()
+
+    async def queue_delete(
+        self, conn: AsyncConnection, *, name: str, actor: str, actor_key_id: int | None
+    ) -> JobRow:
+        """Deletes a queue that no job names; the row says if it was known, deleted, and its jobs."""
+        result = await conn.execute(
+            statement("queue_delete").clause,
+            {"name": name, "actor": actor, "actor_key_id": actor_key_id},
         )
         return result.mappings().one()
 

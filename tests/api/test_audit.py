@@ -139,6 +139,7 @@ async def test_pause_and_resume_name_the_admin_key_and_the_queue(
 ) -> None:
     await forget(clean_db)  # the keys fixture's own key.create rows
     async with as_key(client, keys.admin) as admin:
+        await enqueue(admin, queue="mail")  # a queue exists to be paused; enqueues are not audited
         assert (await admin.post("/v1/queues/mail/pause")).status_code == 200
         assert (await admin.post("/v1/queues/mail/pause")).status_code == 200
         assert (await admin.post("/v1/queues/mail/resume")).status_code == 200
@@ -241,6 +242,7 @@ async def test_the_cli_records_its_key_operations_as_cli_and_the_os_user(
 
 
 async def _pause_resume(client: httpx.AsyncClient, queue: str, times: int) -> None:
+    await enqueue(client, queue=queue)  # only a queue that exists can be paused
     for _ in range(times):
         assert (await client.post(f"/v1/queues/{queue}/pause")).status_code == 200
         assert (await client.post(f"/v1/queues/{queue}/resume")).status_code == 200
@@ -325,8 +327,10 @@ async def test_a_scoped_key_sees_only_its_queues_and_no_key_operations(
 ) -> None:
     async with as_key(client, keys.admin) as admin:
         await _pause_resume(admin, "emails", 1)
+        await enqueue(admin, queue="billing.eu")
         await admin.post("/v1/queues/billing.eu/pause")
     async with as_key(client, keys.scoped_admin) as scoped:
+        await enqueue(scoped, queue="billing.us")
         await scoped.post("/v1/queues/billing.us/pause")
         mine = (await scoped.get("/v1/audit")).json()["entries"]
         assert [(e["actor"], e["queue"]) for e in mine] == [

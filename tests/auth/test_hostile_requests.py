@@ -526,6 +526,8 @@ async def _seed(admin: httpx.AsyncClient) -> Seed:
     r = await admin.post("/v1/claim", json={"worker_id": "w", "queues": ["work"]})
     assert r.status_code == 200, r.text
     [leased] = r.json()["jobs"]
+    r = await admin.put("/v1/queues/paused-q")
+    assert r.status_code == 201, r.text
     r = await admin.post("/v1/queues/paused-q/pause")
     assert r.status_code == 200, r.text
     return Seed(pending=pending, leased=leased)

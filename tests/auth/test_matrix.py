@@ -37,6 +37,8 @@ NEEDS: dict[tuple[str, str], str] = {
     ("POST", "/v1/fail"): Permission.WORK,
     ("POST", "/v1/release"): Permission.WORK,
     ("GET", "/v1/queues"): Permission.OBSERVE,
+    ("PUT", "/v1/queues/{name}"): Permission.OPERATE,
+    ("DELETE", "/v1/queues/{name}"): Permission.OPERATE,
     ("POST", "/v1/queues/{name}/pause"): Permission.OPERATE,
     ("POST", "/v1/queues/{name}/resume"): Permission.OPERATE,
     ("GET", "/v1/workers"): Permission.OBSERVE,
