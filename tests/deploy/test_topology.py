@@ -11,6 +11,7 @@ through it, and the example worker finishes jobs enqueued through it.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -38,6 +39,7 @@ CMD ["nginx", "-g", "daemon off;"]
 """
 READY_TIMEOUT_SECONDS = 60.0
 JOBS = 6
+IDLE_GAP_SECONDS = 6.0  # longer than uvicorn's default keep-alive of 5 s
 
 
 def _compose_services() -> dict[str, dict[str, Any]]:
@@ -276,3 +278,34 @@ def test_the_worker_stops_cleanly_on_sigterm(stack: Stack) -> None:
     podman("stop", "--time", "35", name, timeout=60)
     code = podman("inspect", "--format", "{{.State.ExitCode}}", name).stdout.strip()
     assert code == "0", podman("logs", name, check=False).stderr
+
+
+def test_connections_to_jobq_outlive_an_idle_gap_and_nothing_answers_502(stack: Stack) -> None:
+    # nginx keeps its upstream connections 60 s, jobq 75 s: a request after a gap longer than
+    # uvicorn's old 5 s goes over the connection it left, which jobq kept open. The port the
+    # instances log for the request shows which connection it came on. (Runs after the worker
+    # stopped, so these are the proxy's only requests.)
+    probes = {"before": 4, "after": 4}
+    # The client's own connection to nginx outlives the gap too, so one nginx process serves.
+    limits = httpx.Limits(keepalive_expiry=60)
+    with httpx.Client(base_url=stack.proxy_url, limits=limits, timeout=10) as http:
+        for phase, count in probes.items():
+            if phase == "after":
+                time.sleep(IDLE_GAP_SECONDS)  # the idleness is what is tested
+            for n in range(count):
+                answer = http.get("/healthz", params={"probe": f"{phase}-{n}"})
+                assert answer.status_code == 200, f"{phase}-{n}: {answer.status_code} {answer.text}"
+    for name in ("api-1", "api-2"):
+        logs = podman("logs", stack.containers[name])
+        ports: dict[str, set[str]] = {"before": set(), "after": set()}
+        for line in (logs.stdout + logs.stderr).splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            path = str(record.get("path", "")) if isinstance(record, dict) else ""
+            if path.startswith("/healthz?probe="):
+                phase = path.removeprefix("/healthz?probe=").split("-")[0]
+                ports[phase].add(str(record["client"]).rpartition(":")[2])
+        assert ports["before"] and ports["after"], f"{name} got no probes: {ports}"
+        assert ports["after"] <= ports["before"], f"{name} closed the idle connection: {ports}"
