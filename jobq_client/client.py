@@ -67,7 +67,9 @@ class Client:
     """An async client of the jobq API: enqueue, read, await results, cancel, retry, and the lease calls.
 
     Every error answer raises :class:`JobqError` with the service's problem details; transport
-    failures raise httpx's own ``httpx.TransportError`` subclasses unchanged.
+    failures raise httpx's own ``httpx.TransportError`` subclasses unchanged, once a request safe
+    to repeat (reads, PUTs, enqueues, lease calls) was sent again after its connection broke
+    before any answer.
     """
 
     def __init__(
