@@ -40,6 +40,7 @@ class JobqServer(uvicorn.Server):
             # go to the root handler `jobq` set up (app/logs.py), with the request id.
             log_config=None,
             timeout_graceful_shutdown=int(settings.shutdown_grace_seconds),
+            timeout_keep_alive=settings.http_keepalive_seconds,
         )
         return cls(config, app)
 

@@ -86,6 +86,20 @@ class Settings(BaseSettings):
     shutdown_grace_seconds: float = Field(
         default=10, ge=0, le=3600, description="How long open requests may finish after SIGTERM."
     )
+    # Whoever closes an idle connection must be the side that never sends on it next: a client or
+    # proxy that sends a request just as the server closes gets a reset (a 502 behind nginx, which
+    # does not retry a POST). So the server waits longest: above nginx's and cloud load
+    # balancers' 60 s and httpx's 5 s pool expiry.
+    http_keepalive_seconds: int = Field(
+        default=75,
+        ge=1,
+        le=3600,
+        description=(
+            "How long an idle HTTP connection is kept open; keep it longer than the idle timeout "
+            "of every proxy and client pool in front (nginx upstream keepalive_timeout, a load "
+            "balancer's idle timeout)."
+        ),
+    )
 
     # Security.
     insecure: bool = Field(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import secrets
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -13,7 +15,9 @@ from urllib.parse import quote
 import httpx
 
 from jobq_client.errors import JobqError, WaitTimeout
-from jobq_client.retry import Backoff, is_transient
+from jobq_client.retry import Backoff, describe, is_dropped, is_transient
+
+logger = logging.getLogger("jobq_client")
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 USER_AGENT = "jobq-client/0.1"
@@ -25,6 +29,14 @@ FINISHED = frozenset({"succeeded", "dead", "cancelled"})
 # of a release that ignores wait_seconds): pause before asking again, so the loop never spins.
 EARLY_ANSWER_PAUSE_FIRST_SECONDS = 0.1
 EARLY_ANSWER_PAUSE_MAX_SECONDS = 1.0
+# Sends after the first of a request whose connection broke before any answer (only requests that
+# are safe to repeat). One covers the keep-alive race; one more covers a second stale connection.
+DROPPED_CONNECTION_RETRIES = 2
+
+
+def new_idempotency_key() -> str:
+    """A key for one logical enqueue, so that sending it again can never create a second job."""
+    return f"auto:{secrets.token_urlsafe(16)}"
 
 
 def _jsonable_time(value: datetime | str) -> str:
@@ -55,7 +67,9 @@ class Client:
     """An async client of the jobq API: enqueue, read, await results, cancel, retry, and the lease calls.
 
     Every error answer raises :class:`JobqError` with the service's problem details; transport
-    failures raise httpx's own ``httpx.TransportError`` subclasses unchanged.
+    failures raise httpx's own ``httpx.TransportError`` subclasses unchanged, once a request safe
+    to repeat (reads, PUTs, enqueues, lease calls) was sent again after its connection broke
+    before any answer.
     """
 
     def __init__(
@@ -99,15 +113,39 @@ class Client:
         json: Any = None,
         params: Mapping[str, Any] | None = None,
         request_timeout: httpx.Timeout | None = None,
+        repeatable: bool | None = None,
     ) -> Any:
-        """Sends one request; answers the decoded JSON body or raises :class:`JobqError`."""
-        response = await self._http.request(
-            method,
-            path,
-            json=json,
-            params={k: v for k, v in (params or {}).items() if v is not None} or None,
-            timeout=request_timeout if request_timeout is not None else httpx.USE_CLIENT_DEFAULT,
-        )
+        """Sends one request; answers the decoded JSON body or raises :class:`JobqError`.
+
+        A request that is safe to send twice (``repeatable``; by default the reads and PUTs) is
+        sent again when its connection broke before any answer came (:func:`is_dropped`).
+        """
+        if repeatable is None:
+            repeatable = method in ("GET", "PUT")
+        tries = 1 + (DROPPED_CONNECTION_RETRIES if repeatable else 0)
+        for attempt in range(1, tries + 1):
+            try:
+                response = await self._http.request(
+                    method,
+                    path,
+                    json=json,
+                    params={k: v for k, v in (params or {}).items() if v is not None} or None,
+                    timeout=(
+                        request_timeout if request_timeout is not None else httpx.USE_CLIENT_DEFAULT
+                    ),
+                )
+                break
+            except httpx.TransportError as exc:
+                if attempt == tries or not is_dropped(exc):
+                    raise
+                # Most often a pooled connection the server closed for idleness just as the
+                # request went out; httpx has dropped it, so the next try takes a fresh one.
+                logger.info(
+                    "%s %s: connection dropped before an answer (%s); sending again",
+                    method,
+                    path,
+                    describe(exc),
+                )
         if response.status_code >= 400:
             raise JobqError(response.status_code, _problem_of(response))
         return response.json()
@@ -131,8 +169,12 @@ class Client:
     ) -> dict[str, Any]:
         """Enqueues one job; answers it (an idempotent replay answers the job it first created).
 
-        ``concurrency_key`` groups jobs for the limits of :meth:`set_limit`.
+        ``concurrency_key`` groups jobs for the limits of :meth:`set_limit`. Without an
+        ``idempotency_key`` the call makes one of its own, so that it can send the request
+        again when the connection breaks before the answer without creating a second job.
         """
+        if idempotency_key is None:
+            idempotency_key = new_idempotency_key()
         body: dict[str, Any] = {
             "queue": queue,
             "type": type,
@@ -149,18 +191,24 @@ class Client:
             "concurrency_key": concurrency_key,
         }
         body.update({k: v for k, v in optional.items() if v is not None})
-        job: dict[str, Any] = await self._call("POST", "/v1/jobs", json=body)
+        job: dict[str, Any] = await self._call("POST", "/v1/jobs", json=body, repeatable=True)
         return job
 
     async def enqueue_batch(self, jobs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-        """Enqueues many jobs in one transaction (all or nothing); answers them in order."""
+        """Enqueues many jobs in one transaction (all or nothing); answers them in order.
+
+        A job without an ``idempotency_key`` gets one of its own, as in :meth:`enqueue`.
+        """
         items = [
             {**job, "run_at": _jsonable_time(job["run_at"])}
             if isinstance(job.get("run_at"), datetime)
             else dict(job)
             for job in jobs
         ]
-        answer = await self._call("POST", "/v1/jobs/batch", json={"jobs": items})
+        for item in items:
+            if item.get("idempotency_key") is None:
+                item["idempotency_key"] = new_idempotency_key()
+        answer = await self._call("POST", "/v1/jobs/batch", json={"jobs": items}, repeatable=True)
         created: list[dict[str, Any]] = answer["jobs"]
         return created
 
@@ -424,6 +472,8 @@ class Client:
             body["lease_seconds"] = lease_seconds
         # The answer may legitimately take the whole wait: read for that long plus the usual.
         timeout = httpx.Timeout(self.timeout, read=self.timeout + max(0.0, wait_seconds))
+        # Never sent again on a broken connection: the first claim may have leased jobs whose
+        # answer was lost; those come back only when their leases expire.
         answer = await self._call("POST", "/v1/claim", json=body, request_timeout=timeout)
         jobs: list[dict[str, Any]] = answer["jobs"]
         return jobs
@@ -432,7 +482,9 @@ class Client:
         self, operation: str, worker_id: str, leases: Sequence[Mapping[str, Any]]
     ) -> list[dict[str, Any]]:
         body = {"worker_id": worker_id, "leases": [dict(item) for item in leases]}
-        answer = await self._call("POST", f"/v1/{operation}", json=body)
+        # Safe to send twice: the same complete / fail / release with the same lease is answered
+        # as a replay, and a second heartbeat only extends the lease again.
+        answer = await self._call("POST", f"/v1/{operation}", json=body, repeatable=True)
         results: list[dict[str, Any]] = answer["results"]
         return results
 

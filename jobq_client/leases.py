@@ -244,6 +244,10 @@ class LeaseKeeper:
         """Fails the job's attempt: retried after the service's backoff, or dead when not retryable."""
         await self._send(held, "fail", error=error, retryable=retryable)
 
+    async def release(self, held: HeldJob, *, delay_seconds: float = 0) -> None:
+        """Hands the job back without charging the attempt, claimable again after ``delay_seconds``."""
+        await self._send(held, "release", delay_seconds=delay_seconds)
+
     async def _complete(self, held: HeldJob, result: Any) -> None:
         try:
             json.dumps(result, allow_nan=False)

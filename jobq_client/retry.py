@@ -19,6 +19,18 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, httpx.TransportError | json.JSONDecodeError)
 
 
+def is_dropped(exc: BaseException) -> bool:
+    """Whether the connection broke before any answer came: closed, reset, or never opened.
+
+    What a pooled connection the server closed for idleness gives when a request goes out on it
+    at that moment; a timeout is not one (the service may still be working on the request).
+    """
+    return isinstance(
+        exc,
+        httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError | httpx.ConnectError,
+    )
+
+
 def describe(exc: BaseException) -> str:
     """The exception's type and message on one line, for the log."""
     text = str(exc)

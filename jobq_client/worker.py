@@ -9,7 +9,8 @@ while :meth:`Worker.run` runs, all owned and awaited by it:
   ``ok: false`` (lease lost, or the job was cancelled) cancels that handler, and the worker never
   completes, fails or releases that job afterwards;
 - per job, a supervisor task that runs the handler in a task of its own and then has the lease
-  keeper complete (returned), fail (raised) or release (stopped) the job.
+  keeper complete (returned), fail (raised) or release (stopped) the job. A job of a type the
+  worker has no handler for is released for ``unknown_type_delay_seconds``, never failed.
 
 Stopping (``stop()``, SIGTERM or SIGINT): claiming stops at once, every running ``JobContext``
 says ``stopping``, and a handler's next ``save_checkpoint`` saves and then raises
@@ -49,6 +50,10 @@ HandlerT = TypeVar("HandlerT", bound=Handler)
 MAX_CLAIM_JOBS = 100  # the service's per-claim limit
 MAX_WAIT_SECONDS = 20.0  # the service's long-poll limit
 IDLE_PAUSE_SECONDS = 0.5  # an empty claim answered faster than this is followed by a pause
+MAX_RELEASE_DELAY_SECONDS = 30 * 24 * 3600  # the service's limit of a release's delay_seconds
+# How long a job of a type this worker has no handler for goes back to the queue: long enough
+# not to bounce between old workers in a rolling deploy, short enough that a new one soon runs it.
+UNKNOWN_TYPE_DELAY_SECONDS = 60.0
 
 
 def default_worker_id() -> str:
@@ -72,6 +77,7 @@ class Worker:
         heartbeat_interval: float | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         api_key: str | None = None,
+        unknown_type_delay_seconds: float = UNKNOWN_TYPE_DELAY_SECONDS,
     ) -> None:
         queues = ["default"] if queues is None else list(queues)
         if not queues:
@@ -84,6 +90,10 @@ class Worker:
             raise ValueError("grace_seconds must be >= 0")
         if not 0 <= wait_seconds <= MAX_WAIT_SECONDS:
             raise ValueError(f"wait_seconds must be within 0..{MAX_WAIT_SECONDS:g}")
+        if not 0 <= unknown_type_delay_seconds <= MAX_RELEASE_DELAY_SECONDS:
+            raise ValueError(
+                f"unknown_type_delay_seconds must be within 0..{MAX_RELEASE_DELAY_SECONDS}"
+            )
         if heartbeat_interval is None:
             heartbeat_interval = lease_seconds / 3
         if not 0 < heartbeat_interval <= lease_seconds / 3:
@@ -100,6 +110,7 @@ class Worker:
         self.grace_seconds = grace_seconds
         self.wait_seconds = wait_seconds
         self.heartbeat_interval = heartbeat_interval
+        self.unknown_type_delay_seconds = unknown_type_delay_seconds
         self.transport = transport
         # A request that takes longer than the lease is of no use to a worker.
         self.request_timeout = max(2.0, min(30.0, float(lease_seconds)))
@@ -382,14 +393,18 @@ class Worker:
         try:
             handler = self._handlers.get(held.ctx.type)
             if handler is None:
-                await leases.fail(
-                    held,
-                    error=(
-                        f"no handler for job type {held.ctx.type!r} on worker {self.worker_id} "
-                        f"(it handles: {', '.join(self.job_types) or 'nothing'})"
-                    ),
-                    retryable=False,
+                # In a rolling deploy new types reach old workers first: hand the job back for a
+                # worker that knows it instead of failing work nobody here could do.
+                logger.warning(
+                    "worker %s: no handler for job %s of type %r (this worker handles: %s); "
+                    "releasing it for %g s for a worker that has one",
+                    self.worker_id,
+                    job_id,
+                    held.ctx.type,
+                    ", ".join(self.job_types) or "nothing",
+                    self.unknown_type_delay_seconds,
                 )
+                await leases.release(held, delay_seconds=self.unknown_type_delay_seconds)
                 return
             task = asyncio.create_task(_call(handler, held.ctx), name=f"jobq-handler-{job_id}")
             held.handler_task = task

@@ -101,3 +101,45 @@ async def test_cancelling_a_running_job_cancels_its_handler(
         assert final["status"] == "cancelled" and final["checkpoint"] == {"started": True}
         for path in ("/v1/complete", "/v1/fail", "/v1/release"):
             assert not calls.items(path, job["id"]), path
+
+
+async def test_a_job_of_a_type_without_handler_goes_back_to_the_queue_for_a_worker_that_has_one(
+    database_url: str, clean_db: AsyncEngine
+) -> None:
+    # A rolling deploy: the new type reaches an old worker first.
+    async with running_service(database_url) as service:
+        old_worker, old_calls = service.worker(
+            queues=[QUEUE], wait_seconds=1, unknown_type_delay_seconds=1
+        )
+
+        @old_worker.handler("known")
+        async def known(ctx: JobContext) -> Any:
+            return None
+
+        async with service.client() as client:
+            job = await client.enqueue("brand-new", {"n": 1}, queue=QUEUE, max_attempts=1)
+            async with RunningWorker(old_worker) as running:
+                await poll_until(
+                    lambda: bool(old_calls.items("/v1/release", job["id"])),
+                    within=10,
+                    what="the old worker to release the job",
+                )
+                await running.stop()
+            released = await client.get_job(job["id"])
+            # Even on its only attempt the job lives: the release charged nothing.
+            assert released["status"] in {"scheduled", "pending"}
+            assert released["last_error"] is None
+            [release] = old_calls.items("/v1/release", job["id"])
+            assert release["delay_seconds"] == 1
+            assert not old_calls.items("/v1/fail", job["id"])
+
+            new_worker, _ = service.worker(queues=[QUEUE], wait_seconds=1)
+
+            @new_worker.handler("brand-new")
+            async def brand_new(ctx: JobContext) -> Any:
+                return {"done": ctx.payload["n"]}
+
+            async with RunningWorker(new_worker) as running:
+                done = await client.wait(job["id"], timeout=15)
+                await running.stop()
+        assert done["status"] == "succeeded" and done["result"] == {"done": 1}

@@ -38,6 +38,8 @@ CMD ["nginx", "-g", "daemon off;"]
 """
 READY_TIMEOUT_SECONDS = 60.0
 JOBS = 6
+IDLE_GAP_SECONDS = 6.0  # longer than uvicorn's default keep-alive of 5 s
+TCP_ESTABLISHED = "01"  # the state column of /proc/net/tcp
 
 
 def _compose_services() -> dict[str, dict[str, Any]]:
@@ -113,6 +115,7 @@ class Stack:
     admin_key: str
     containers: dict[str, str]
     keys_output: list[str]
+    api_ports: dict[str, int]
 
 
 @pytest.fixture(scope="module")
@@ -217,7 +220,8 @@ def stack(
             image,
             "/var/lib/jobq/admin.key",
         ).stdout.strip()
-        yield Stack(proxy_url, admin_key, containers, keys_output)
+        api_ports = {name: ports[name] for name in ("api-1", "api-2")}
+        yield Stack(proxy_url, admin_key, containers, keys_output, api_ports)
     finally:
         for name in containers.values():
             podman("rm", "--force", "--time", "0", name, check=False)
@@ -276,3 +280,34 @@ def test_the_worker_stops_cleanly_on_sigterm(stack: Stack) -> None:
     podman("stop", "--time", "35", name, timeout=60)
     code = podman("inspect", "--format", "{{.State.ExitCode}}", name).stdout.strip()
     assert code == "0", podman("logs", name, check=False).stderr
+
+
+def _connections_to(port: int) -> set[int]:
+    """Local ports of the established TCP connections to 127.0.0.1:``port`` on this host.
+
+    Every container runs on the host's network, so nginx's connections to jobq are listed here.
+    """
+    found = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, remote, state = line.split()[1:4]
+        if state == TCP_ESTABLISHED and int(remote.rpartition(":")[2], 16) == port:
+            found.add(int(local.rpartition(":")[2], 16))
+    return found
+
+
+def test_connections_to_jobq_outlive_an_idle_gap_and_nothing_answers_502(stack: Stack) -> None:
+    # nginx keeps its idle upstream connections 60 s and jobq 75 s, so after a gap longer than
+    # uvicorn's old 5 s the connections nginx left are all still open, and nginx closes them
+    # first. (Runs after the worker stopped, so these are the proxy's only requests.)
+    with httpx.Client(base_url=stack.proxy_url, timeout=10) as http:
+        for n in range(4):
+            answer = http.get("/healthz", params={"probe": f"before-{n}"})
+            assert answer.status_code == 200, f"{answer.status_code} {answer.text}"
+        before = {name: _connections_to(port) for name, port in stack.api_ports.items()}
+        time.sleep(IDLE_GAP_SECONDS)  # the idleness is what is tested
+        after_gap = {name: _connections_to(port) for name, port in stack.api_ports.items()}
+        for n in range(4):
+            answer = http.get("/healthz", params={"probe": f"after-{n}"})
+            assert answer.status_code == 200, f"{answer.status_code} {answer.text}"
+    assert all(before.values()), f"nginx kept no connection to an instance: {before}"
+    assert after_gap == before, f"idle connections were closed: {before} -> {after_gap}"

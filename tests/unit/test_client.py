@@ -77,6 +77,9 @@ async def test_enqueue_leaves_out_options_not_given() -> None:
         await client.enqueue("t")
         await client.enqueue("t", None, delay_seconds=1.5, run_at=None)
     first, second = (json.loads(r.content) for r in rec.requests)
+    # Each call's own key, so that it can be sent again safely.
+    keys = [first.pop("idempotency_key"), second.pop("idempotency_key")]
+    assert all(key.startswith("auto:") for key in keys) and keys[0] != keys[1]
     assert first == {"queue": "default", "type": "t", "payload": None, "priority": 0}
     assert second == {**first, "delay_seconds": 1.5}
 
@@ -95,9 +98,10 @@ async def test_batch_read_list_cancel_retry_requests() -> None:
             [{"type": "a"}, {"type": "b", "run_at": datetime(2030, 1, 1, tzinfo=UTC)}]
         )
         assert [j["id"] for j in created] == [1, 2]
-        assert rec.last_json() == {
-            "jobs": [{"type": "a"}, {"type": "b", "run_at": "2030-01-01T00:00:00+00:00"}]
-        }
+        sent = rec.last_json()["jobs"]
+        keys = [job.pop("idempotency_key") for job in sent]
+        assert all(key.startswith("auto:") for key in keys) and keys[0] != keys[1]
+        assert sent == [{"type": "a"}, {"type": "b", "run_at": "2030-01-01T00:00:00+00:00"}]
         assert (await client.get_job(5))["path"] == "/v1/jobs/5"
         assert rec.last.method == "GET"
         page = await client.list_jobs(queue="emails", status="dead", limit=10, after="xyz")
@@ -243,3 +247,50 @@ def test_client_sources_write_private_attributes_only_on_self() -> None:
                 ):
                     offenders.append(f"{path.name}:{node.lineno} {ast.unparse(target)}")
     assert not offenders, offenders
+
+
+async def test_only_requests_safe_to_repeat_are_sent_again_after_a_dropped_connection() -> None:
+    drops: dict[str, int] = {}
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if not drops.get(path):
+            drops[path] = 1
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+        drops[path] += 1
+        if path == "/v1/jobs/3":
+            return httpx.Response(200, json={"id": 3})
+        if path == "/v1/complete":
+            return httpx.Response(200, json={"results": [{"job_id": 3, "ok": True}]})
+        return httpx.Response(201, json={"id": 3})
+
+    rec = Recorder(answer)
+    async with client_for(rec) as client:
+        assert (await client.get_job(3))["id"] == 3
+        assert (await client.enqueue("t"))["id"] == 3
+        [done] = await client.complete("w", [{"job_id": 3, "lease_id": "l"}])
+        assert done["ok"] is True
+        with pytest.raises(httpx.RemoteProtocolError):
+            await client.claim("w", ["q"])
+        with pytest.raises(httpx.RemoteProtocolError):
+            await client.cancel(3)
+    assert drops == {
+        "/v1/jobs/3": 2,
+        "/v1/jobs": 2,
+        "/v1/complete": 2,
+        "/v1/claim": 1,
+        "/v1/jobs/3/cancel": 1,
+    }
+    enqueues = [json.loads(r.content) for r in rec.requests if r.url.path == "/v1/jobs"]
+    assert enqueues[0]["idempotency_key"] == enqueues[1]["idempotency_key"]
+
+
+async def test_a_timeout_is_not_sent_again() -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("timed out")
+
+    rec = Recorder(answer)
+    async with client_for(rec) as client:
+        with pytest.raises(httpx.ReadTimeout):
+            await client.get_job(1)
+    assert len(rec.requests) == 1

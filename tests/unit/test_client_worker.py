@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import time
 import uuid
 from typing import Any
@@ -179,20 +180,33 @@ async def test_handler_exception_fails_the_job(
     assert not service.items("/v1/complete") and not service.items("/v1/release")
 
 
-async def test_unknown_job_type_fails_for_good_naming_the_type() -> None:
+async def test_an_unknown_job_type_is_released_with_a_delay_and_never_failed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     service = FakeService()
-    service.add(type="mystery")
-    worker = make_worker(service)
+    job_id = service.add(type="mystery")
+    worker = make_worker(service, unknown_type_delay_seconds=42)
 
     @worker.handler("known")
     async def handle(ctx: JobContext) -> Any:
         return None
 
-    async with RunningWorker(worker) as running:
-        await poll_until(lambda: bool(service.items("/v1/fail")))
-        await running.stop(within=5)
-    [fail] = service.items("/v1/fail")
-    assert fail["retryable"] is False and "'mystery'" in fail["error"] and "known" in fail["error"]
+    with caplog.at_level(logging.WARNING, logger="jobq_client.worker"):
+        async with RunningWorker(worker) as running:
+            await poll_until(lambda: bool(service.items("/v1/release")))
+            await running.stop(within=5)
+    [release] = service.items("/v1/release")
+    assert release["job_id"] == job_id and release["delay_seconds"] == 42
+    assert not service.items("/v1/fail")
+    [warning] = [r.getMessage() for r in caplog.records if "no handler" in r.getMessage()]
+    assert "'mystery'" in warning and f"job {job_id}" in warning and "known" in warning
+
+
+def test_the_unknown_type_delay_must_be_one_the_service_takes() -> None:
+    with pytest.raises(ValueError, match="unknown_type_delay_seconds"):
+        make_worker(FakeService(), unknown_type_delay_seconds=-1)
+    with pytest.raises(ValueError, match="unknown_type_delay_seconds"):
+        make_worker(FakeService(), unknown_type_delay_seconds=31 * 24 * 3600)
 
 
 async def test_a_result_that_is_not_json_fails_the_job_instead_of_completing() -> None:
