@@ -51,7 +51,15 @@ class QueueNotEmpty(JobqError):
 
 
 class IdempotencyKeyReused(JobqError):
-    """An idempotency key was sent again with a different request."""
+    """An idempotency key was sent again with a different request.
+
+    ``item`` is the position of the job in the call that reused it (0 for a single enqueue); the
+    API names the field from it.
+    """
+
+    def __init__(self, detail: str, *, item: int, **kwargs: Any) -> None:
+        super().__init__(detail, **kwargs)
+        self.item = item
 
 
 class InvalidInput(JobqError):

@@ -24,6 +24,7 @@ from app.auth.limiter import FailureLimiter
 from app.dashboard import docs as api_docs
 from app.dashboard import router as dashboard
 from app.db import create_control_engine, create_driver_pool, create_engine
+from app.domain.cron import ScheduleSpec
 from app.errors import brief, install_error_handlers
 from app.logs import RequestIds, log_job_events
 from app.maintenance.gauges import QueueGauges
@@ -32,12 +33,12 @@ from app.maintenance.pruner import Pruner, PrunerConfig
 from app.maintenance.reaper import Reaper, ReaperConfig
 from app.maintenance.runner import Loop, LoopRunner
 from app.maintenance.scheduler import Scheduler, SchedulerConfig
+from app.queue.jobs import CoalescingPolicy
 from app.queue.repository import Repository
 from app.queue.results import CHANNEL as FINISHED_CHANNEL
 from app.queue.results import ResultHub
-from app.queue.schedules import ScheduleSpec
-from app.queue.service import CoalescingPolicy, JobService
-from app.queue.types import BackoffPolicy
+from app.queue.services import Services, build_services
+from app.queue.types import BackoffPolicy, JobDefaults
 from app.queue.waiters import WaiterHub
 from app.settings import Settings
 from app.wakeup.backstop import Backstop
@@ -75,35 +76,34 @@ def repository_for(settings: Settings) -> Repository:
     )
 
 
-def _loops(settings: Settings, service: JobService, hub: WaiterHub) -> list[Loop]:
+def _loops(settings: Settings, services: Services, hub: WaiterHub) -> list[Loop]:
     """Every background loop of an instance: three on every instance, two on the leader only."""
     loops: list[Loop] = [
         Promoter(
-            service=service,
+            services=services,
             config=PromoterConfig(
                 interval_seconds=settings.promoter_interval_seconds,
                 batch_size=settings.promoter_batch_size,
             ),
         ),
-        Backstop(service=service, hub=hub, interval_seconds=settings.longpoll_backstop_seconds),
+        Backstop(services=services, hub=hub, interval_seconds=settings.longpoll_backstop_seconds),
         ResultBackstop(
-            service=service,
-            results=service.results,
+            services=services,
             interval_seconds=settings.longpoll_backstop_seconds,
         ),
-        QueueGauges(service=service, interval_seconds=settings.metrics_refresh_seconds),
+        QueueGauges(services=services, interval_seconds=settings.metrics_refresh_seconds),
     ]
     if settings.maintenance_enabled:
         loops += [
             Reaper(
-                service=service,
+                services=services,
                 config=ReaperConfig(
                     interval_seconds=settings.reaper_interval_seconds,
                     batch_size=settings.reaper_batch_size,
                 ),
             ),
             Pruner(
-                service=service,
+                services=services,
                 config=PrunerConfig(
                     interval_seconds=settings.pruner_interval_seconds,
                     batch_size=settings.pruner_batch_size,
@@ -114,7 +114,7 @@ def _loops(settings: Settings, service: JobService, hub: WaiterHub) -> list[Loop
                 ),
             ),
             Scheduler(
-                service=service,
+                services=services,
                 config=SchedulerConfig(
                     interval_seconds=settings.scheduler_interval_seconds,
                     batch_size=settings.scheduler_batch_size,
@@ -171,7 +171,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         },
     )
     announce = control.announce if settings.wakeup_announce else _announce_nothing
-    service = JobService(
+    services = build_services(
         engine=engine,
         pool=pool,
         pool_timeout=settings.db_pool_timeout_seconds,
@@ -181,17 +181,22 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if settings.coalesce
         else None,
         repository=repository,
-        max_attempts_default=settings.max_attempts_default,
-        lease_seconds_default=settings.lease_seconds_default,
+        defaults=JobDefaults(
+            max_attempts=settings.max_attempts_default,
+            lease_seconds=settings.lease_seconds_default,
+        ),
         hub=hub,
         results=results,
-        announce=announce,
+        wake=announce,
         bulk_batch_size=settings.bulk_batch_size,
     )
-    service.observers.append(log_job_events)
+    # Every committed change is announced from app/queue/events.py; these listen from the start.
+    services.events.subscribe(log_job_events)
+    for subscriber in state.subscribers:
+        services.events.subscribe(subscriber)
     runner = LoopRunner(
         lead=control.lead,
-        loops=[*_loops(settings, service, hub), keys],
+        loops=[*_loops(settings, services, hub), keys],
         election_interval=settings.election_interval_seconds,
         stall_intervals=settings.loop_stall_intervals,
         stall_min_seconds=settings.loop_stall_min_seconds,
@@ -206,7 +211,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         loop.call_soon_threadsafe(close_waiters)
 
     state.runtime = Runtime(
-        service=service,
+        services=services,
         hub=hub,
         control=control,
         runner=runner,
@@ -219,7 +224,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     runner.start()
     try:
         if settings.schedules is not None and schedule_file is not None:
-            await _apply_schedules_file(service, settings.schedules, schedule_file)
+            await _apply_schedules_file(services, settings.schedules, schedule_file)
         yield
     finally:
         close_waiters()
@@ -246,10 +251,10 @@ async def _load_keys(keys: KeyRing) -> None:
 
 
 async def _apply_schedules_file(
-    service: JobService, path: Path, entries: Sequence[tuple[str, ScheduleSpec]]
+    services: Services, path: Path, entries: Sequence[tuple[str, ScheduleSpec]]
 ) -> None:
     """Applies JOBQ_SCHEDULES through the service: upserts its schedules, deletes the ones it dropped."""
-    outcome = await service.schedule_sync(entries, actor=f"file:{path}"[:255])
+    outcome = await services.schedules.sync(entries, actor=f"file:{path}"[:255])
     schedule_logger.info(
         "schedules file %s applied: %d created, %d updated, %d unchanged, %d deleted",
         path,
@@ -283,6 +288,7 @@ def create_app(settings: Settings) -> FastAPI:
     state = AppState(settings=settings)
     app.state.jobq = state
     observed = metrics.AppMetrics(state)
+    state.subscribers.append(observed.jobs)
     # Request timing outermost, so it covers every layer.
     app.outer = [observed.timer(app), RequestIds]
     install_error_handlers(app)

@@ -322,7 +322,7 @@ audit_log = Table(
 
 # Periodic jobs (migration 0013): one row per schedule, a cron expression or an interval in a time
 # zone, and the job each run enqueues. next_run_at is the next due run as an instant (computed in
-# app/queue/schedules.py); the leader enqueues due runs and advances it in one transaction.
+# app/domain/cron.py); the leader enqueues due runs and advances it in one transaction.
 schedules = Table(
     "schedules",
     metadata,

@@ -14,8 +14,8 @@ from typing import Any, Literal
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.domain.cron import CATCH_UP_MAX
 from app.queue.bounds import BACKOFF_CAP_SECONDS_MAX, LEASE_SECONDS_MAX, MAX_ATTEMPTS_MAX
-from app.queue.schedules import CATCH_UP_MAX
 
 
 class Settings(BaseSettings):
@@ -293,7 +293,7 @@ class Settings(BaseSettings):
         default=10, gt=0, description="...and at least this long is stalled: /readyz fails."
     )
 
-    # Periodic jobs (app/queue/schedules.py; the scheduler is app/maintenance/scheduler.py).
+    # Periodic jobs (app/domain/cron.py, app/queue/schedules.py; the scheduler is app/maintenance/scheduler.py).
     schedules: Path | None = Field(
         default=None,
         description=(

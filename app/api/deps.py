@@ -8,7 +8,7 @@ from fastapi import Depends, Request
 
 from app.api.state import Runtime as AppRuntime
 from app.api.state import app_state
-from app.queue.service import JobService
+from app.queue import services
 
 
 async def get_runtime(request: Request) -> AppRuntime:
@@ -16,10 +16,10 @@ async def get_runtime(request: Request) -> AppRuntime:
     return app_state(request.app).running()
 
 
-async def get_service(request: Request) -> JobService:
-    """The app's job service."""
-    return app_state(request.app).running().service
+async def get_services(request: Request) -> services.Services:
+    """The app's services (jobs, results, ops, limits, schedules, upkeep)."""
+    return app_state(request.app).running().services
 
 
-Service = Annotated[JobService, Depends(get_service)]
+Services = Annotated[services.Services, Depends(get_services)]
 Runtime = Annotated[AppRuntime, Depends(get_runtime)]

@@ -3,7 +3,8 @@
 # No ``from __future__ import annotations`` here: the endpoints are annotated with request models
 # built for the app's settings inside build_router, which FastAPI must see as classes.
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request, Response, status
@@ -11,7 +12,7 @@ from pydantic import Field
 
 from app.api import schemas as wire
 from app.api.auth import allow_queue, requires
-from app.api.deps import Service
+from app.api.deps import Services
 from app.api.disconnect import client_gone
 from app.api.lean import LeanRoute
 from app.api.render import job, jobs_response, json_response
@@ -22,11 +23,26 @@ from app.api.schemas import (
     new_job,
 )
 from app.auth.keys import Permission, Principal
-from app.errors import PROBLEM, InvalidInput
-from app.queue.service import JobService
+from app.errors import PROBLEM, IdempotencyKeyReused, InvalidInput
+from app.queue.services import Services as ServiceSet
 from app.queue.states import BulkAction, JobStatus
 from app.queue.types import JobSearch
 from app.settings import Settings
+
+
+@contextlib.contextmanager
+def _reused_key_named(field: Callable[[int], str]) -> Iterator[None]:
+    """Names the field of a reused idempotency key from the position the core reports."""
+    try:
+        yield
+    except IdempotencyKeyReused as reused:
+        raise IdempotencyKeyReused(
+            reused.detail,
+            item=reused.item,
+            errors=[
+                {"field": field(reused.item), "message": "key reused with a different request"}
+            ],
+        ) from None
 
 
 def build_router(settings: Settings) -> APIRouter:
@@ -63,7 +79,7 @@ def build_router(settings: Settings) -> APIRouter:
     async def enqueue_job(
         caller: Annotated[Principal, requires(Permission.ENQUEUE)],
         body: EnqueueRequest,
-        service: Service,
+        services: Services,
         idempotency_key: Annotated[
             Key | None,
             Header(
@@ -82,9 +98,8 @@ def build_router(settings: Settings) -> APIRouter:
                     errors=[{"field": "header.Idempotency-Key", "message": "differs from body"}],
                 )
             body = body.model_copy(update={"idempotency_key": idempotency_key})
-        [(row, created)] = await service.enqueue(
-            [new_job(body)], key_field=lambda _: "idempotency_key"
-        )
+        with _reused_key_named(lambda _: "idempotency_key"):
+            [(row, created)] = await services.jobs.enqueue([new_job(body)])
         return json_response(job(row), status_code=201 if created else 200)
 
     @router.post(
@@ -99,7 +114,7 @@ def build_router(settings: Settings) -> APIRouter:
     async def enqueue_batch(
         caller: Annotated[Principal, requires(Permission.ENQUEUE)],
         body: EnqueueBatchRequest,
-        service: Service,
+        services: Services,
         idempotency_key: Annotated[
             str | None,
             # Read only to refuse it; not offered in the contract.
@@ -124,9 +139,8 @@ def build_router(settings: Settings) -> APIRouter:
                     }
                 ],
             )
-        answered = await service.enqueue(
-            [new_job(j) for j in body.jobs], key_field=lambda i: f"body.jobs[{i}].idempotency_key"
-        )
+        with _reused_key_named(lambda i: f"body.jobs[{i}].idempotency_key"):
+            answered = await services.jobs.enqueue([new_job(j) for j in body.jobs])
         any_created = any(created for _, created in answered)
         return jobs_response((row for row, _ in answered), status_code=201 if any_created else 200)
 
@@ -138,7 +152,7 @@ def build_router(settings: Settings) -> APIRouter:
     @router.get("", response_model=JobPage, responses={422: PROBLEM})
     async def list_jobs(
         caller: Annotated[Principal, requires(Permission.READ_JOBS)],
-        service: Service,
+        services: Services,
         queue: Queue | None = None,
         status: JobStatus | None = None,
         type: Annotated[
@@ -182,7 +196,7 @@ def build_router(settings: Settings) -> APIRouter:
             created_before=created_before,
             queue_patterns=caller.like_patterns() if queue is None else None,
         )
-        rows, next_cursor = await service.search_jobs(search, limit=limit, after=after)
+        rows, next_cursor = await services.ops.search(search, limit=limit, after=after)
         return jobs_response(rows, next_cursor=next_cursor)
 
     # Before the /{job_id}/... routes, which would otherwise take "bulk" for a job id.
@@ -191,7 +205,7 @@ def build_router(settings: Settings) -> APIRouter:
         caller: Annotated[Principal, requires(Permission.OPERATE)],
         action: BulkAction,
         body: BulkRequest,
-        service: Service,
+        services: Services,
     ) -> wire.BulkResult:
         """Retries, cancels or deletes every job a search covers, in batches; answers how many.
 
@@ -214,9 +228,11 @@ def build_router(settings: Settings) -> APIRouter:
             queue_patterns=caller.like_patterns() if body.queue is None else None,
         )
         if body.dry_run:
-            count = await service.bulk_preview(action, search)
+            count = await services.ops.bulk_preview(action, search)
             return wire.BulkResult(action=action, dry_run=True, changed=count, batches=0)
-        outcome = await service.bulk(action, search, actor=caller.name, actor_key_id=caller.key_id)
+        outcome = await services.ops.bulk(
+            action, search, actor=caller.name, actor_key_id=caller.key_id
+        )
         return wire.BulkResult(
             action=action, dry_run=False, changed=outcome.changed, batches=outcome.batches
         )
@@ -225,7 +241,7 @@ def build_router(settings: Settings) -> APIRouter:
     async def get_job(
         caller: Annotated[Principal, requires(Permission.READ_JOBS)],
         job_id: int,
-        service: Service,
+        services: Services,
         request: Request,
         wait_seconds: Annotated[
             float,
@@ -246,38 +262,38 @@ def build_router(settings: Settings) -> APIRouter:
         database connection; a job deleted meanwhile answers 404.
         """
         if not wait_seconds:
-            row = await service.get(job_id)
+            row = await services.jobs.get(job_id)
             allow_queue(caller, row["queue"], field="path.job_id")
             return json_response(job(row))
         # The scope first: a job outside it is never marked awaited.
-        await _in_scope(caller, job_id, service)
+        await _in_scope(caller, job_id, services)
         async with client_gone(request) as gone:
-            row = await service.wait_for_job(job_id, wait_seconds=wait_seconds, stop=gone)
+            row = await services.results.wait(job_id, wait_seconds=wait_seconds, stop=gone)
         return json_response(job(row))
 
-    async def _in_scope(caller: Principal, job_id: int, service: JobService) -> None:
+    async def _in_scope(caller: Principal, job_id: int, services: ServiceSet) -> None:
         # A job's queue never changes, so reading it before acting cannot race the action.
         if caller.scoped:
-            allow_queue(caller, (await service.get(job_id))["queue"], field="path.job_id")
+            allow_queue(caller, (await services.jobs.get(job_id))["queue"], field="path.job_id")
 
     @router.post("/{job_id}/cancel", response_model=Job, responses={404: PROBLEM, 409: PROBLEM})
     async def cancel_job(
-        caller: Annotated[Principal, requires(Permission.OPERATE)], job_id: int, service: Service
+        caller: Annotated[Principal, requires(Permission.OPERATE)], job_id: int, services: Services
     ) -> Response:
         """Cancels a scheduled, pending or running job (a running job's lease ends at once)."""
-        await _in_scope(caller, job_id, service)
+        await _in_scope(caller, job_id, services)
         return json_response(
-            job(await service.cancel(job_id, actor=caller.name, actor_key_id=caller.key_id))
+            job(await services.ops.cancel(job_id, actor=caller.name, actor_key_id=caller.key_id))
         )
 
     @router.post("/{job_id}/retry", response_model=Job, responses={404: PROBLEM, 409: PROBLEM})
     async def retry_job(
-        caller: Annotated[Principal, requires(Permission.OPERATE)], job_id: int, service: Service
+        caller: Annotated[Principal, requires(Permission.OPERATE)], job_id: int, services: Services
     ) -> Response:
         """Moves a dead, cancelled or succeeded job back to pending with attempts reset."""
-        await _in_scope(caller, job_id, service)
+        await _in_scope(caller, job_id, services)
         return json_response(
-            job(await service.retry(job_id, actor=caller.name, actor_key_id=caller.key_id))
+            job(await services.ops.retry(job_id, actor=caller.name, actor_key_id=caller.key_id))
         )
 
     return router

@@ -28,7 +28,7 @@ from fastapi.params import Depends, Header
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from app.api.auth import Allow, authorize
-from app.api.deps import get_service
+from app.api.deps import get_services
 from app.api.state import app_state
 from app.api.strict_json import StrictJSONRoute, is_json, parse_strict_json
 from app.auth.keys import Permission
@@ -60,7 +60,7 @@ def _plan(endpoint: Callable[..., Awaitable[Any]]) -> list[_Parameter] | None:
             extras = tuple(rest)
         if base is Request:
             plan.append(_Parameter(name, "request"))
-        elif any(isinstance(e, Depends) and e.dependency is get_service for e in extras):
+        elif any(isinstance(e, Depends) and e.dependency is get_services for e in extras):
             plan.append(_Parameter(name, "service"))
         elif allows := [e.dependency for e in extras if isinstance(e, Depends)]:
             if not isinstance(allows[0], Allow):
@@ -116,7 +116,7 @@ def lean_handler(route: StrictJSONRoute) -> Handler | None:
                 except ValidationError as error:
                     raise _errors(error, "body") from None
             elif parameter.kind == "service":
-                arguments[parameter.name] = state.running().service
+                arguments[parameter.name] = state.running().services
             elif parameter.kind == "request":
                 arguments[parameter.name] = request
             elif parameter.kind == "caller":

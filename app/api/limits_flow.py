@@ -1,7 +1,7 @@
 """Concurrency and rate limits: list, set, delete (admin keys without queue scopes).
 
 A limit is enforced by the claim statement itself, so it holds across every instance; see
-app/queue/limits.py for how patterns match and README "Concurrency keys and rate limits".
+app/queue/flow_limits.py for how patterns match and README "Concurrency keys and rate limits".
 """
 
 # No ``from __future__ import annotations``: FastAPI reads the annotations at runtime.
@@ -15,7 +15,7 @@ from fastapi import APIRouter, Path, Response, status
 from pydantic import BaseModel, Field, model_validator
 
 from app.api.auth import requires
-from app.api.deps import Service
+from app.api.deps import Services
 from app.api.schemas import StrictModel
 from app.api.strict_json import StrictJSONRoute
 from app.auth.keys import Permission, Principal
@@ -127,13 +127,13 @@ def build_router() -> APIRouter:
     router = APIRouter(prefix="/v1/limits", tags=["limits"], route_class=StrictJSONRoute)
 
     @router.get("", response_model=LimitList)
-    async def list_limits(caller: Observer, service: Service) -> LimitList:
+    async def list_limits(caller: Observer, services: Services) -> LimitList:
         """Every concurrency and rate limit, with the jobs running under each now.
 
         A key scoped to some queues sees only the limits of those queues, named one by one
         (a key pattern or a queue glob may reach other teams' jobs).
         """
-        rows = await service.limits()
+        rows = await services.limits.list_all()
         if caller.scoped:
             rows = [
                 r
@@ -149,12 +149,12 @@ def build_router() -> APIRouter:
         responses={201: {"model": Limit, "description": "A new limit"}, 403: PROBLEM, 422: PROBLEM},
     )
     async def set_limit(
-        caller: Operator, body: LimitRequest, service: Service, response: Response
+        caller: Operator, body: LimitRequest, services: Services, response: Response
     ) -> Limit:
         """Creates (201) or replaces (200) the limit of (scope, pattern). Claims made from now on
         apply it; jobs already running when a limit is first set are not counted against it."""
         _unscoped(caller)
-        row = await service.set_limit(
+        row = await services.limits.put(
             scope=body.scope,
             pattern=body.pattern,
             max_running=body.max_running,
@@ -175,11 +175,11 @@ def build_router() -> APIRouter:
     async def delete_limit(
         caller: Operator,
         limit_id: Annotated[int, Path(ge=1, le=MAX_BIGINT)],
-        service: Service,
+        services: Services,
     ) -> Limit:
         """Deletes a limit; the jobs it held back may be claimed at once."""
         _unscoped(caller)
-        row = await service.delete_limit(limit_id, actor=caller.name, actor_key_id=caller.key_id)
+        row = await services.limits.delete(limit_id, actor=caller.name, actor_key_id=caller.key_id)
         return _limit(row)
 
     return router

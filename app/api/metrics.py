@@ -49,7 +49,7 @@ STATES = ("scheduled", "pending", "running", "succeeded", "dead", "cancelled")
 
 
 class JobMetrics:
-    """The service's observer: counts job events per (queue, kind) and times waits and runs."""
+    """A subscriber of the job events: counts them per (queue, kind) and times waits and runs."""
 
     def __init__(self) -> None:
         self.events: Counter[tuple[str, str]] = Counter()
@@ -57,7 +57,7 @@ class JobMetrics:
         self.runs: dict[str, Histogram] = {}
 
     def __call__(self, events: Sequence[JobEvent]) -> None:
-        """Counts committed events (called by the service after each commit; never blocks)."""
+        """Counts committed events (called after each commit, app/queue/events.py; never blocks)."""
         counts = self.events
         for event in events:
             counts[(event.queue, event.kind)] += 1
@@ -83,21 +83,12 @@ class AppMetrics:
         self.requests = RequestDurations()
 
     def timer(self, app: Starlette) -> Callable[[ASGIApp], ASGIApp]:
-        """The outer wrapper for ``JobqAPI.outer``: times requests, and subscribes the observer
-        to each service the lifespan starts."""
+        """The outer wrapper for ``JobqAPI.outer``: times requests."""
 
         def wrap(inner: ASGIApp) -> ASGIApp:
-            return RequestTimer(
-                inner, routes=app.router.routes, durations=self.requests, on_startup=self.subscribe
-            )
+            return RequestTimer(inner, routes=app.router.routes, durations=self.requests)
 
         return wrap
-
-    def subscribe(self) -> None:
-        """Makes :attr:`jobs` an observer of the running service (once)."""
-        observers = self.state.running().service.observers
-        if self.jobs not in observers:
-            observers.append(self.jobs)
 
     def router(self) -> APIRouter:
         """The metrics route."""
@@ -213,7 +204,7 @@ class _Scrape(Collector):
         yield GaugeMetricFamily(
             "jobq_results_waiting",
             "Job reads waiting on this instance now for their job to finish.",
-            value=runtime.service.results.parked,
+            value=runtime.services.results.hub.parked,
         )
         yield GaugeMetricFamily(
             "jobq_leader",
@@ -247,7 +238,7 @@ class _Scrape(Collector):
             "Hot-path statements run, per kind; with coalescing, fewer than requests.",
             labels=["kind"],
         )
-        for kind, count in sorted(runtime.service.statements.items()):
+        for kind, count in sorted(runtime.services.unit.statements.items()):
             statements.add_metric([kind], count)
         yield statements
 

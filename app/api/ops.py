@@ -10,7 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response, status
 
 from app.api.auth import allow_queue, requires
-from app.api.deps import Runtime, Service
+from app.api.deps import Runtime, Services
 from app.api.schemas import (
     AuditAction,
     AuditEntry,
@@ -42,7 +42,7 @@ def build_router(settings: Settings) -> APIRouter:
     Queue = Annotated[str, queue_name_rule(queue_max), queue_name_doc(queue_max)]
 
     @router.get("/v1/queues", response_model=QueueList)
-    async def list_queues(caller: Observer, service: Service) -> QueueList:
+    async def list_queues(caller: Observer, services: Services) -> QueueList:
         """Counts per state for every queue, the oldest due job's age, and throughput: the last
         minute's successes and each minute's outcomes over the last hour.
 
@@ -51,7 +51,7 @@ def build_router(settings: Settings) -> APIRouter:
         to some queues sees only those.
         """
         minutes: dict[str, dict[datetime, MinuteOutcomes]] = defaultdict(dict)
-        for row in await service.queue_throughput(minutes=60):
+        for row in await services.ops.queue_throughput(minutes=60):
             minute = minutes[row["queue"]].setdefault(
                 row["minute"], MinuteOutcomes(minute=row["minute"])
             )
@@ -61,7 +61,7 @@ def build_router(settings: Settings) -> APIRouter:
                 QueueStats.model_validate(
                     {**dict(r), "last_hour": list(minutes.get(r["name"], {}).values())}
                 )
-                for r in await service.queue_stats()
+                for r in await services.ops.queue_stats()
                 if caller.covers(r["name"])
             ]
         )
@@ -79,7 +79,7 @@ def build_router(settings: Settings) -> APIRouter:
     async def put_queue(
         caller: Operator,
         name: Queue,
-        service: Service,
+        services: Services,
         response: Response,
         body: QueueSettings | None = None,
     ) -> QueueState:
@@ -89,7 +89,7 @@ def build_router(settings: Settings) -> APIRouter:
         Enqueueing to a new name still creates its queue as well.
         """
         allow_queue(caller, name, field="path.name")
-        row, created = await service.queue_put(
+        row, created = await services.ops.queue_put(
             name,
             paused=body.paused if body is not None else None,
             actor=caller.name,
@@ -104,13 +104,13 @@ def build_router(settings: Settings) -> APIRouter:
         response_class=Response,
         responses={403: PROBLEM, 404: PROBLEM, 409: PROBLEM, 422: PROBLEM},
     )
-    async def delete_queue(caller: Operator, name: Queue, service: Service) -> Response:
+    async def delete_queue(caller: Operator, name: Queue, services: Services) -> Response:
         """Deletes the queue and its switches; 409 while any job, finished or not, names it.
 
         Finished jobs go with retention (the pruner) or with ``POST /v1/jobs/bulk/delete``.
         """
         allow_queue(caller, name, field="path.name")
-        await service.queue_delete(name, actor=caller.name, actor_key_id=caller.key_id)
+        await services.ops.queue_delete(name, actor=caller.name, actor_key_id=caller.key_id)
         return Response(status_code=status.HTTP_204_NO_CONTENT)
 
     @router.post(
@@ -118,11 +118,11 @@ def build_router(settings: Settings) -> APIRouter:
         response_model=QueueState,
         responses={404: PROBLEM, 422: PROBLEM},
     )
-    async def pause_queue(caller: Operator, name: Queue, service: Service) -> QueueState:
+    async def pause_queue(caller: Operator, name: Queue, services: Services) -> QueueState:
         """Stops claims from this queue (running jobs carry on); 404 for a queue that neither
         was created nor has jobs."""
         allow_queue(caller, name, field="path.name")
-        row = await service.set_paused(
+        row = await services.ops.set_paused(
             name, paused=True, actor=caller.name, actor_key_id=caller.key_id
         )
         return QueueState.model_validate(dict(row))
@@ -132,29 +132,29 @@ def build_router(settings: Settings) -> APIRouter:
         response_model=QueueState,
         responses={404: PROBLEM, 422: PROBLEM},
     )
-    async def resume_queue(caller: Operator, name: Queue, service: Service) -> QueueState:
+    async def resume_queue(caller: Operator, name: Queue, services: Services) -> QueueState:
         """Lets claims take jobs from this queue again; 404 for an unknown queue."""
         allow_queue(caller, name, field="path.name")
-        row = await service.set_paused(
+        row = await services.ops.set_paused(
             name, paused=False, actor=caller.name, actor_key_id=caller.key_id
         )
         return QueueState.model_validate(dict(row))
 
     @router.get("/v1/workers", response_model=WorkerList)
-    async def list_workers(caller: Observer, service: Service) -> WorkerList:
+    async def list_workers(caller: Observer, services: Services) -> WorkerList:
         """Workers holding leases now (a worker is its id within its API key): the jobs they hold
         with each lease's expiry, the jobq instance that granted them, and when each worker was
         last seen (its newest claim or heartbeat).
 
         A key scoped to some queues sees only the jobs of those queues.
         """
-        rows = await service.workers(queue_patterns=caller.like_patterns())
+        rows = await services.ops.workers(queue_patterns=caller.like_patterns())
         return WorkerList(workers=[WorkerInfo.model_validate(dict(r)) for r in rows])
 
     @router.get("/v1/audit", response_model=AuditPage, responses={422: PROBLEM})
     async def list_audit(
         caller: Observer,
-        service: Service,
+        services: Services,
         action: AuditAction | None = None,
         actor: Annotated[
             str | None,
@@ -175,7 +175,7 @@ def build_router(settings: Settings) -> APIRouter:
         Keyset pagination as ``GET /v1/jobs``. A key scoped to some queues sees only the entries
         of those queues, and no key operations.
         """
-        rows, next_cursor = await service.audit_list(
+        rows, next_cursor = await services.ops.audit_list(
             action=action.value if action is not None else None,
             actor=actor,
             limit=limit,
@@ -195,7 +195,7 @@ def build_router(settings: Settings) -> APIRouter:
     async def readyz(runtime: Runtime) -> Health:
         """The process can serve: the database answers and no background loop it runs has stalled."""
         try:
-            await runtime.service.ping()
+            await runtime.services.jobs.ping()
         except (OSError, TimeoutError) as exc:
             raise DatabaseUnavailable(f"database unreachable: {exc}") from exc
         stalled = runtime.runner.stalled()

@@ -2,7 +2,7 @@
 
 The request models check types and limits (strictly, as every request model here); what a
 schedule means (a cron expression that parses and ever matches, a known time zone, cron or an
-interval but not both) is checked by the queue core's ``Timing`` (app/queue/schedules.py), and
+interval but not both) is checked by the queue core's ``Timing`` (app/domain/cron.py), and
 :func:`schedule_spec` reports it under the field's name. The same models read the schedules file
 (:func:`load_schedules_file`), so the file has exactly the API's shape, plus each entry's name.
 """
@@ -29,9 +29,7 @@ from app.api.schemas import (
     queue_name_rule,
 )
 from app.api.strict_json import parse_strict_json
-from app.errors import InvalidInput, field_name
-from app.queue.bounds import MAX_ATTEMPTS_MAX, MAX_INT4, MIN_INT4, TIMEOUT_SECONDS_MAX
-from app.queue.schedules import (
+from app.domain.cron import (
     CRON_MAX_CHARS,
     DEFAULT_TIMEZONE,
     INTERVAL_SECONDS_MAX,
@@ -43,6 +41,8 @@ from app.queue.schedules import (
     ScheduleSpec,
     Timing,
 )
+from app.errors import InvalidInput, field_name
+from app.queue.bounds import MAX_ATTEMPTS_MAX, MAX_INT4, MIN_INT4, TIMEOUT_SECONDS_MAX
 from app.settings import Settings, setting_default
 
 SCHEDULE_NAME_DOC = (

@@ -2,7 +2,7 @@
 
 Admin keys change schedules; viewers (and admins) read them. A key scoped to some queues sees
 and changes only the schedules whose jobs go to those queues. Every change is recorded in the
-audit trail. How runs are timed and enqueued: app/queue/schedules.py, app/queue/scheduling.py.
+audit trail. How runs are timed and enqueued: app/domain/cron.py, app/queue/schedules.py.
 """
 
 # No ``from __future__ import annotations`` here: the request models are built for the app's
@@ -14,7 +14,7 @@ from fastapi import APIRouter, Path, Query, Response, status
 
 from app.api import schedule_schemas as wire
 from app.api.auth import allow_queue, requires
-from app.api.deps import Service
+from app.api.deps import Services
 from app.api.schedule_schemas import (
     SCHEDULE_NAME_DOC,
     Schedule,
@@ -25,8 +25,8 @@ from app.api.schedule_schemas import (
 )
 from app.api.strict_json import StrictJSONRoute
 from app.auth.keys import Permission, Principal
+from app.domain.cron import SCHEDULE_NAME_PATTERN
 from app.errors import PROBLEM
-from app.queue.schedules import SCHEDULE_NAME_PATTERN
 from app.settings import Settings
 
 Observer = Annotated[Principal, requires(Permission.OBSERVE)]
@@ -60,7 +60,7 @@ def build_router(settings: Settings) -> APIRouter:
         caller: Operator,
         name: Name,
         body: ScheduleRequest,  # type: ignore[valid-type]  # a class built above
-        service: Service,
+        services: Services,
         response: Response,
     ) -> Schedule:
         """Creates the schedule (201) or replaces its definition (200).
@@ -73,7 +73,7 @@ def build_router(settings: Settings) -> APIRouter:
         definition: wire.ScheduleRequest = body
         allow_queue(caller, definition.template.queue, field="body.template.queue")
         spec = request_spec(definition)
-        row, created = await service.schedule_put(
+        row, created = await services.schedules.put(
             name,
             spec,
             actor=caller.name,
@@ -86,7 +86,7 @@ def build_router(settings: Settings) -> APIRouter:
     @router.get("", response_model=SchedulePage, responses={422: PROBLEM})
     async def list_schedules(
         caller: Observer,
-        service: Service,
+        services: Services,
         limit: Annotated[int, Query(ge=1, le=settings.list_max_limit)] = 100,
         after: Annotated[
             str | None,
@@ -100,22 +100,22 @@ def build_router(settings: Settings) -> APIRouter:
 
         A key scoped to some queues sees the schedules of those queues only.
         """
-        rows, next_cursor = await service.schedule_list(
+        rows, next_cursor = await services.schedules.list_page(
             limit=limit, after=after, queue_patterns=caller.like_patterns()
         )
         return SchedulePage(schedules=[schedule_view(r) for r in rows], next_cursor=next_cursor)
 
     @router.get("/{name}", response_model=Schedule, responses={403: PROBLEM, 404: PROBLEM})
-    async def get_schedule(caller: Observer, name: Name, service: Service) -> Schedule:
+    async def get_schedule(caller: Observer, name: Name, services: Services) -> Schedule:
         """One schedule (403 when its queue is outside the key's scopes)."""
-        row = await service.schedule_get(name)
+        row = await services.schedules.get(name)
         allow_queue(caller, row["queue"], field="path.name")
         return schedule_view(row)
 
     @router.delete("/{name}", response_model=Schedule, responses=_CHANGE_ANSWERS)
-    async def delete_schedule(caller: Operator, name: Name, service: Service) -> Schedule:
+    async def delete_schedule(caller: Operator, name: Name, services: Services) -> Schedule:
         """Deletes the schedule and answers it as it was; the jobs it enqueued stay."""
-        row = await service.schedule_delete(
+        row = await services.schedules.delete(
             name,
             actor=caller.name,
             actor_key_id=caller.key_id,
@@ -124,9 +124,9 @@ def build_router(settings: Settings) -> APIRouter:
         return schedule_view(row)
 
     @router.post("/{name}/pause", response_model=Schedule, responses=_CHANGE_ANSWERS)
-    async def pause_schedule(caller: Operator, name: Name, service: Service) -> Schedule:
+    async def pause_schedule(caller: Operator, name: Name, services: Services) -> Schedule:
         """Stops the schedule from enqueueing runs (jobs it enqueued already are not touched)."""
-        row = await service.schedule_set_paused(
+        row = await services.schedules.set_paused(
             name,
             paused=True,
             actor=caller.name,
@@ -136,10 +136,10 @@ def build_router(settings: Settings) -> APIRouter:
         return schedule_view(row)
 
     @router.post("/{name}/resume", response_model=Schedule, responses=_CHANGE_ANSWERS)
-    async def resume_schedule(caller: Operator, name: Name, service: Service) -> Schedule:
+    async def resume_schedule(caller: Operator, name: Name, services: Services) -> Schedule:
         """Lets the schedule run again from its first run after now: runs that came due while it
         was paused are not enqueued."""
-        row = await service.schedule_set_paused(
+        row = await services.schedules.set_paused(
             name,
             paused=False,
             actor=caller.name,

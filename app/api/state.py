@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from starlette.applications import Starlette
 
 from app.auth.keyring import KeyRing
 from app.auth.limiter import FailureLimiter
 from app.maintenance.runner import LoopRunner
-from app.queue.service import JobService
+from app.queue.events import Subscriber
+from app.queue.services import Services
 from app.queue.waiters import WaiterHub
 from app.settings import Settings
 from app.wakeup.control import ControlChannel
@@ -18,9 +19,9 @@ from app.wakeup.control import ControlChannel
 
 @dataclass
 class Runtime:
-    """What the lifespan builds: the service, the waiters, the control connection, the loops, the keys."""
+    """What the lifespan builds: the services, the waiters, the control connection, the loops, the keys."""
 
-    service: JobService
+    services: Services
     hub: WaiterHub
     control: ControlChannel
     runner: LoopRunner
@@ -36,6 +37,8 @@ class AppState:
 
     settings: Settings
     runtime: Runtime | None = None
+    # Subscribers of the job events (the app's metrics), subscribed by the lifespan at start-up.
+    subscribers: list[Subscriber] = field(default_factory=list)
 
     def running(self) -> Runtime:
         """The runtime; fails when the lifespan has not started (or has ended)."""

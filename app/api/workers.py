@@ -5,26 +5,65 @@
 
 import contextlib
 from collections.abc import Sequence
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Request, Response
 from pydantic import AfterValidator, Field, JsonValue
 
 from app.api import schemas as wire
 from app.api.auth import allow_queues, requires
-from app.api.deps import Service
+from app.api.deps import Services
 from app.api.disconnect import client_gone
 from app.api.lean import LeanRoute
 from app.api.render import claimed, json_response, lease_results_response
-from app.api.schemas import ClaimResponse, LeaseResults, StrictModel, json_size_at_most
+from app.api.schemas import ClaimResponse, LeaseResults, json_size_at_most
 from app.auth.keys import Permission, Principal
 from app.errors import PROBLEM
+from app.queue.types import NOT_GIVEN, LeaseUpdate
 from app.settings import Settings
 
 
-def _items(leases: Sequence[StrictModel]) -> list[dict[str, object]]:
-    # exclude_unset: an absent checkpoint keeps the stored one, an explicit null clears it.
-    return [item.model_dump(mode="json", exclude_unset=True) for item in leases]
+def _items(leases: Sequence[wire.LeaseRef]) -> list[LeaseUpdate]:
+    """The leases of a call as the core's updates."""
+    return [_update(item) for item in leases]
+
+
+def _update(item: wire.LeaseRef) -> LeaseUpdate:
+    """One lease item as the core's update: a field the request left out is ``NOT_GIVEN`` (an
+    absent checkpoint keeps the stored one), a JSON null is ``None`` (it clears it)."""
+    given = item.model_fields_set
+
+    def sent(name: str) -> Any:
+        return getattr(item, name) if name in given else NOT_GIVEN
+
+    job_id, lease_id = item.job_id, str(item.lease_id)
+    if isinstance(item, wire.HeartbeatItem):
+        return LeaseUpdate(
+            job_id=job_id,
+            lease_id=lease_id,
+            lease_seconds=item.lease_seconds,
+            checkpoint=sent("checkpoint"),
+            progress=sent("progress"),
+        )
+    if isinstance(item, wire.CompleteItem):
+        return LeaseUpdate(job_id=job_id, lease_id=lease_id, result=item.result)
+    if isinstance(item, wire.FailItem):
+        return LeaseUpdate(
+            job_id=job_id,
+            lease_id=lease_id,
+            error=item.error,
+            retryable=item.retryable,
+            retry_after_seconds=item.retry_after_seconds,
+            checkpoint=sent("checkpoint"),
+        )
+    if isinstance(item, wire.ReleaseItem):
+        return LeaseUpdate(
+            job_id=job_id,
+            lease_id=lease_id,
+            delay_seconds=item.delay_seconds,
+            checkpoint=sent("checkpoint"),
+        )
+    raise TypeError(f"not a lease item: {type(item).__name__}")
 
 
 Worker = Annotated[Principal, requires(Permission.WORK)]
@@ -102,7 +141,7 @@ def build_router(settings: Settings) -> APIRouter:
 
     @router.post("/claim", response_model=ClaimResponse, responses={422: PROBLEM})
     async def claim(
-        worker: Worker, body: ClaimRequest, service: Service, request: Request
+        worker: Worker, body: ClaimRequest, services: Services, request: Request
     ) -> Response:
         """Leases up to ``max_jobs`` due jobs; each comes with ``lease_id``, ``attempt`` and ``checkpoint``.
 
@@ -117,7 +156,7 @@ def build_router(settings: Settings) -> APIRouter:
             gone = (
                 await stack.enter_async_context(client_gone(request)) if body.wait_seconds else None
             )
-            rows = await service.claim(
+            rows = await services.jobs.claim(
                 worker_id=body.worker_id,
                 queues=body.queues,
                 max_jobs=body.max_jobs,
@@ -129,37 +168,37 @@ def build_router(settings: Settings) -> APIRouter:
         return json_response({"jobs": [claimed(r) for r in rows]})
 
     @router.post("/heartbeat", response_model=LeaseResults, responses={422: PROBLEM})
-    async def heartbeat(worker: Worker, body: HeartbeatRequest, service: Service) -> Response:
+    async def heartbeat(worker: Worker, body: HeartbeatRequest, services: Services) -> Response:
         """Extends leases, saving checkpoint and progress under the ownership check."""
         return lease_results_response(
-            await service.heartbeat(
+            await services.jobs.heartbeat(
                 worker_id=body.worker_id, key_id=worker.key_id, items=_items(body.leases)
             )
         )
 
     @router.post("/complete", response_model=LeaseResults, responses={422: PROBLEM})
-    async def complete(worker: Worker, body: CompleteRequest, service: Service) -> Response:
+    async def complete(worker: Worker, body: CompleteRequest, services: Services) -> Response:
         """Completes held jobs; a repeated complete with the same lease answers the same success."""
         return lease_results_response(
-            await service.complete(
+            await services.jobs.complete(
                 worker_id=body.worker_id, key_id=worker.key_id, items=_items(body.leases)
             )
         )
 
     @router.post("/fail", response_model=LeaseResults, responses={422: PROBLEM})
-    async def fail(worker: Worker, body: FailRequest, service: Service) -> Response:
+    async def fail(worker: Worker, body: FailRequest, services: Services) -> Response:
         """Fails attempts: retried after backoff (or ``retry_after_seconds``), or dead."""
         return lease_results_response(
-            await service.fail(
+            await services.jobs.fail(
                 worker_id=body.worker_id, key_id=worker.key_id, items=_items(body.leases)
             )
         )
 
     @router.post("/release", response_model=LeaseResults, responses={422: PROBLEM})
-    async def release(worker: Worker, body: ReleaseRequest, service: Service) -> Response:
+    async def release(worker: Worker, body: ReleaseRequest, services: Services) -> Response:
         """Gives held jobs back to pending without charging the attempt, keeping the checkpoint."""
         return lease_results_response(
-            await service.release(
+            await services.jobs.release(
                 worker_id=body.worker_id, key_id=worker.key_id, items=_items(body.leases)
             )
         )

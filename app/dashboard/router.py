@@ -2,7 +2,7 @@
 
 Every page is a full HTML page and has a fragment (``/dashboard/fragments/...``) holding its
 refreshable part, which the page polls every few seconds while its tab is visible
-(``static/dashboard.js``). Data comes from the :class:`~app.queue.service.JobService`
+(``static/dashboard.js``). Data comes from the services (:class:`~app.queue.services.Services`)
 methods only, the same ones the API routes call, so a refresh costs what an API read costs:
 counts come from the maintained counters (``queue_stats``), never from a ``COUNT(*)``; the
 number a bulk action would touch is asked for only on its confirmation step.
@@ -60,6 +60,7 @@ from app.dashboard.session import (
     verify_key,
     visitor,
 )
+from app.domain.cron import SCHEDULE_NAME_PATTERN
 from app.errors import (
     ERROR_TABLE,
     DatabaseUnavailable,
@@ -73,8 +74,7 @@ from app.errors import (
     sqlstate,
 )
 from app.queue.bounds import MAX_BIGINT, instant_in_window
-from app.queue.schedules import SCHEDULE_NAME_PATTERN
-from app.queue.service import JobService
+from app.queue.services import Services
 from app.queue.states import BULK_STATES, BulkAction, JobStatus, bulk_states
 from app.queue.types import JobSearch
 from app.settings import Settings
@@ -177,9 +177,9 @@ class Call:
     form: Mapping[str, str] = field(default_factory=dict)
 
     @property
-    def service(self) -> JobService:
-        """The app's job service."""
-        return app_state(self.request.app).running().service
+    def services(self) -> Services:
+        """The app's services."""
+        return app_state(self.request.app).running().services
 
     @property
     def fragment(self) -> bool:
@@ -565,8 +565,8 @@ class Dashboard:
     async def overview(self, call: Call) -> Response:
         """Queues with counts per state, oldest pending age, paused flag, and the last hour's throughput."""
         covers = call.caller.principal.covers
-        queues = [dict(r) for r in await call.service.queue_stats() if covers(r["name"])]
-        throughput = await call.service.queue_throughput(minutes=THROUGHPUT_MINUTES)
+        queues = [dict(r) for r in await call.services.ops.queue_stats() if covers(r["name"])]
+        throughput = await call.services.ops.queue_throughput(minutes=THROUGHPUT_MINUTES)
         chart = views.throughput_chart(
             throughput, now=datetime.now(UTC), visible=covers, minutes=THROUGHPUT_MINUTES
         )
@@ -606,7 +606,7 @@ class Dashboard:
         if not errors:
             try:
                 search = self._search(call, filters)
-                rows, next_cursor = await call.service.search_jobs(
+                rows, next_cursor = await call.services.ops.search(
                     search, limit=PAGE_SIZE, after=filters.after
                 )
             except (InvalidInput, Forbidden) as exc:
@@ -614,7 +614,7 @@ class Dashboard:
                 status = _status(exc)
             else:
                 covers = call.caller.principal.covers
-                stats = [r for r in await call.service.queue_stats() if covers(r["name"])]
+                stats = [r for r in await call.services.ops.queue_stats() if covers(r["name"])]
                 context.update(
                     jobs=[dict(r) for r in rows],
                     next_cursor=next_cursor,
@@ -654,7 +654,7 @@ class Dashboard:
     async def bulk_confirm(self, call: Call) -> Response:
         """The confirmation of a bulk action: exactly how many jobs it would change now."""
         action, filters, search = self._bulk_request(call, call.request.query_params)
-        count = await call.service.bulk_preview(action, search)
+        count = await call.services.ops.bulk_preview(action, search)
         touched = bulk_states(action, filters.state) or []
         return self.render(
             call.request,
@@ -671,7 +671,7 @@ class Dashboard:
         """Runs a confirmed bulk action; back to the jobs page with how many jobs it changed."""
         action, filters, search = self._bulk_request(call, call.form)
         principal = call.caller.principal
-        outcome = await call.service.bulk(
+        outcome = await call.services.ops.bulk(
             action, search, actor=principal.name, actor_key_id=principal.key_id
         )
         noun = "job" if outcome.changed == 1 else "jobs"
@@ -683,7 +683,7 @@ class Dashboard:
 
     async def _job(self, call: Call) -> dict[str, Any]:
         job_id = _job_id(call.request.path_params.get("job_id", ""))
-        row = dict(await call.service.get(job_id))
+        row = dict(await call.services.jobs.get(job_id))
         if not call.caller.principal.covers(row["queue"]):
             raise Forbidden(
                 f"Key {call.caller.principal.name!r} is not scoped to queue {row['queue']!r}."
@@ -695,7 +695,9 @@ class Dashboard:
         row = await self._job(call)
         holder: dict[str, Any] | None = None
         if row["status"] == JobStatus.RUNNING:
-            for worker in await call.service.workers(queue_patterns=[like_pattern(row["queue"])]):
+            for worker in await call.services.ops.workers(
+                queue_patterns=[like_pattern(row["queue"])]
+            ):
                 if row["id"] in (worker["job_ids"] or ()):
                     holder = dict(worker)
                     break
@@ -725,12 +727,12 @@ class Dashboard:
         principal = call.caller.principal
         try:
             if verb == "cancel":
-                await call.service.cancel(
+                await call.services.ops.cancel(
                     row["id"], actor=principal.name, actor_key_id=principal.key_id
                 )
                 flash = Flash("ok", f"Cancelled job {row['id']}")
             else:
-                await call.service.retry(
+                await call.services.ops.retry(
                     row["id"], actor=principal.name, actor_key_id=principal.key_id
                 )
                 flash = Flash("ok", f"Retried job {row['id']}: it is pending again")
@@ -755,7 +757,7 @@ class Dashboard:
         if not principal.covers(name):
             raise Forbidden(f"Key {principal.name!r} is not scoped to queue {name!r}.")
         try:
-            await call.service.set_paused(
+            await call.services.ops.set_paused(
                 name, paused=paused, actor=principal.name, actor_key_id=principal.key_id
             )
         except NotFound:
@@ -768,7 +770,7 @@ class Dashboard:
 
     async def workers(self, call: Call) -> Response:
         """Who holds what: workers with leases, their keys, jobs, last heartbeat and next expiry."""
-        rows = await call.service.workers(queue_patterns=call.caller.principal.like_patterns())
+        rows = await call.services.ops.workers(queue_patterns=call.caller.principal.like_patterns())
         template = "fragments/workers.html" if call.fragment else "workers.html"
         return self.render(
             call.request,
@@ -789,7 +791,7 @@ class Dashboard:
         rows: list[Any] = []
         next_cursor = None
         if not errors:
-            rows, next_cursor = await call.service.schedule_list(
+            rows, next_cursor = await call.services.schedules.list_page(
                 limit=PAGE_SIZE,
                 after=after,
                 queue_patterns=call.caller.principal.like_patterns(),
@@ -827,7 +829,7 @@ class Dashboard:
         next_cursor = None
         if not errors:
             try:
-                rows, next_cursor = await call.service.audit_list(
+                rows, next_cursor = await call.services.ops.audit_list(
                     action=action,
                     actor=actor,
                     limit=PAGE_SIZE,

@@ -2,7 +2,7 @@
 
 A scrape must not cost the database a query (several Prometheus servers may scrape every
 instance), so the gauges show what this loop last read: the trigger-kept ``queue_counts`` rows
-and one index probe per queue for its oldest pending job (``service.queue_stats()``, the same
+and one index probe per queue for its oldest pending job (``services.ops.queue_stats()``, the same
 read as ``GET /v1/queues``), and the schedules in error per queue. It runs on every instance, so
 each one's scrape is complete.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from app.queue.service import JobService
+from app.queue.services import Services
 from app.queue.types import JobRow
 from app.settings import setting_default
 
@@ -26,11 +26,11 @@ class QueueGauges:
     batch_size = None
 
     def __init__(
-        self, *, service: JobService, interval_seconds: float = METRICS_REFRESH_DEFAULT
+        self, *, services: Services, interval_seconds: float = METRICS_REFRESH_DEFAULT
     ) -> None:
         if not interval_seconds > 0:
             raise ValueError("interval_seconds must be > 0")
-        self.service = service
+        self.services = services
         self.interval_seconds = interval_seconds
         # One row per queue (name, paused, a count per state, oldest_pending_age_seconds ...);
         # None until the first read.
@@ -40,8 +40,8 @@ class QueueGauges:
 
     async def run_once(self) -> int:
         """One read; answers how many queues it saw."""
-        self.queues = await self.service.queue_stats()
-        self.schedules_errored = await self.service.schedules_errored()
+        self.queues = await self.services.ops.queue_stats()
+        self.schedules_errored = await self.services.schedules.errored_counts()
         return len(self.queues)
 
     async def run_batch(self) -> int:

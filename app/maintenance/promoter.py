@@ -41,7 +41,7 @@ class Promoter(BatchLoop[PromoterConfig]):
 
     async def run_once(self, *, now: datetime | None = None) -> int:
         """Promotes one batch of jobs due by ``now`` (default the database's now())."""
-        return await self.service.promote(batch_size=self.config.batch_size, now=now)
+        return await self.services.upkeep.promote(batch_size=self.config.batch_size, now=now)
 
     async def run_batch(self) -> int:
         """One batch; answers the jobs promoted."""

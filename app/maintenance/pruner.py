@@ -56,17 +56,19 @@ class Pruner(BatchLoop[PrunerConfig]):
 
     async def run_once(self, *, now: datetime | None = None) -> PruneCounts:
         """Deletes one batch of jobs and one of throughput minutes (as of ``now``)."""
-        pruned = await self.service.prune(
+        pruned = await self.services.upkeep.prune(
             batch_size=self.config.batch_size,
             succeeded_seconds=self.config.succeeded_seconds,
             cancelled_seconds=self.config.cancelled_seconds,
             dead_seconds=self.config.dead_seconds,
             now=now,
         )
-        minutes = await self.service.prune_throughput(
+        minutes = await self.services.upkeep.prune_throughput(
             keep_seconds=self.config.throughput_seconds, batch_size=self.config.batch_size, now=now
         )
-        flow_rows = await self.service.prune_flow_state(batch_size=self.config.batch_size, now=now)
+        flow_rows = await self.services.limits.prune_state(
+            batch_size=self.config.batch_size, now=now
+        )
         return PruneCounts(jobs=pruned, throughput_rows=minutes, flow_rows=flow_rows)
 
     async def run_batch(self) -> int:

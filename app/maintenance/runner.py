@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
 from app.errors import brief
-from app.queue.service import JobService
+from app.queue.services import Services
 from app.settings import setting_default
 
 logger = logging.getLogger("jobq.maintenance")
@@ -66,13 +66,13 @@ ConfigT = TypeVar("ConfigT", bound=BatchLoopConfig)
 
 
 class BatchLoop(Generic[ConfigT]):
-    """Base of the loops that work in bounded batches through the service: its cadence and size."""
+    """Base of the loops that work in bounded batches through the services: cadence and size."""
 
     name: str
     leader_only: bool
 
-    def __init__(self, *, service: JobService, config: ConfigT) -> None:
-        self.service = service
+    def __init__(self, *, services: Services, config: ConfigT) -> None:
+        self.services = services
         self.config = config
 
     @property

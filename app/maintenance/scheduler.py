@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from app.maintenance.runner import BatchLoop
-from app.queue.scheduling import SchedulePass
+from app.queue.schedules import SchedulePass
 from app.settings import setting_default
 
 logger = logging.getLogger("jobq.maintenance")
@@ -47,7 +47,7 @@ class Scheduler(BatchLoop[SchedulerConfig]):
     async def run_once(self, *, now: datetime | None = None) -> SchedulePass:
         """One pass (as of ``now``, default the database's now()); logs skipped runs and the
         schedules it parked."""
-        outcome = await self.service.enqueue_schedule_runs(
+        outcome = await self.services.schedules.enqueue_runs(
             batch_size=self.config.batch_size, now=now
         )
         for skipped in outcome.skipped:

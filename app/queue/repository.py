@@ -37,16 +37,19 @@ from app.models import audit_log, jobs, queue_counts
 from app.queue.queries import statement
 from app.queue.states import BulkAction, JobStatus
 from app.queue.types import (
+    NOT_GIVEN,
     BackoffPolicy,
     ClaimOutcome,
     ClaimSlot,
     JobRow,
     JobSearch,
-    LeaseItem,
     LeaseOutcome,
     LeaseTransition,
+    LeaseUpdate,
     ListFilter,
+    NewJob,
     OpsOutcome,
+    ScheduleRun,
 )
 
 # Maintenance leader lock key: "jobq" in ASCII, so it is recognisable in pg_locks.
@@ -77,6 +80,46 @@ async def _fetch(driver: Driver, name: str, params: dict[str, Any]) -> list[Any]
     return list(await driver.fetch(named.positional[0], *named.arguments(params)))
 
 
+def _enqueue_params(job: NewJob) -> dict[str, Any]:
+    """A job as the enqueue statements read it."""
+    return {
+        "queue": job.queue,
+        "type": job.type,
+        "payload": job.payload,
+        "priority": job.priority,
+        "max_attempts": job.max_attempts,
+        "lease_seconds": job.lease_seconds,
+        "timeout_seconds": job.timeout_seconds,
+        "run_at": job.run_at.isoformat() if job.run_at is not None else None,
+        "delay_seconds": job.delay_seconds,
+        "idempotency_key": job.idempotency_key,
+        "concurrency_key": job.concurrency_key,
+        "idempotency_hash": job.fingerprint if job.idempotency_key is not None else None,
+    }
+
+
+def _lease_params(item: LeaseUpdate) -> dict[str, Any]:
+    """A lease update as the lease statements read it: a field not given is left out (the
+    statement keeps the stored value), a ``None`` is sent as JSON null (it clears it)."""
+    params: dict[str, Any] = {
+        "job_id": item.job_id,
+        "lease_id": item.lease_id,
+        "worker_id": item.worker_id,
+        "key_id": item.key_id,
+        "lease_seconds": item.lease_seconds,
+        "result": item.result,
+        "error": item.error,
+        "retryable": item.retryable,
+        "retry_after_seconds": item.retry_after_seconds,
+        "delay_seconds": item.delay_seconds,
+    }
+    if item.checkpoint is not NOT_GIVEN:
+        params["checkpoint"] = item.checkpoint
+    if item.progress is not NOT_GIVEN:
+        params["progress"] = item.progress
+    return params
+
+
 def _ops_outcome(rows: Sequence[JobRow]) -> OpsOutcome | None:
     if not rows:
         return None
@@ -94,10 +137,9 @@ class Repository:
 
     # -- producers and reads -----------------------------------------------------------------
 
-    async def job_enqueue(
-        self, conn: Driver, *, items: Sequence[Mapping[str, Any]]
-    ) -> list[JobRow | None]:
-        """Inserts jobs in order; ``None`` where the item's idempotency key already exists."""
+    async def job_enqueue(self, conn: Driver, *, jobs: Sequence[NewJob]) -> list[JobRow | None]:
+        """Inserts jobs in order; ``None`` where the job's idempotency key already exists."""
+        items = [_enqueue_params(job) for job in jobs]
         rows = await _fetch(conn, "job_enqueue", {"items": to_json(items)})
         return [row if row["id"] is not None else None for row in rows]
 
@@ -194,10 +236,10 @@ class Repository:
         conn: Driver,
         name: str,
         *,
-        items: Sequence[LeaseItem],
+        items: Sequence[LeaseUpdate],
         extra: Mapping[str, Any] | None = None,
     ) -> dict[int, LeaseOutcome]:
-        params: dict[str, Any] = {"items": to_json(items)}
+        params: dict[str, Any] = {"items": to_json([_lease_params(item) for item in items])}
         params.update(extra or {})
         return {
             int(row["ord"]) - 1: LeaseOutcome(
@@ -213,25 +255,25 @@ class Repository:
         }
 
     async def job_heartbeat(
-        self, conn: Driver, *, items: Sequence[LeaseItem]
+        self, conn: Driver, *, items: Sequence[LeaseUpdate]
     ) -> dict[int, LeaseOutcome]:
         """Extends held leases with checkpoint and progress; answers the items taken, by position."""
         return await self._taken(conn, "job_heartbeat", items=items)
 
     async def job_complete(
-        self, conn: Driver, *, items: Sequence[LeaseItem]
+        self, conn: Driver, *, items: Sequence[LeaseUpdate]
     ) -> dict[int, LeaseOutcome]:
         """Marks held jobs succeeded; answers the items taken, by position."""
         return await self._taken(conn, "job_complete", items=items)
 
     async def job_fail(
-        self, conn: Driver, *, items: Sequence[LeaseItem]
+        self, conn: Driver, *, items: Sequence[LeaseUpdate]
     ) -> dict[int, LeaseOutcome]:
         """Records failed attempts (retried after a backoff, or dead); answers the items taken."""
         return await self._taken(conn, "job_fail", items=items, extra=self._backoff_params())
 
     async def job_release(
-        self, conn: Driver, *, items: Sequence[LeaseItem]
+        self, conn: Driver, *, items: Sequence[LeaseUpdate]
     ) -> dict[int, LeaseOutcome]:
         """Returns held jobs to pending without charging the attempt; answers the items taken."""
         return await self._taken(conn, "job_release", items=items)
@@ -241,15 +283,15 @@ class Repository:
         conn: Driver,
         *,
         transition: LeaseTransition,
-        items: Sequence[LeaseItem],
+        items: Sequence[LeaseUpdate],
     ) -> list[LeaseOutcome]:
         """For items a transition did not take: replay of the same transition, or lost (in order)."""
         keys = [
             {
-                "job_id": i["job_id"],
-                "lease_id": i["lease_id"],
-                "worker_id": i["worker_id"],
-                "key_id": i.get("key_id"),
+                "job_id": i.job_id,
+                "lease_id": i.lease_id,
+                "worker_id": i.worker_id,
+                "key_id": i.key_id,
             }
             for i in items
         ]
@@ -568,9 +610,17 @@ class Repository:
         return await _fetch(conn, "schedule_due", {"batch_size": batch_size, "now": now})
 
     async def schedule_run_enqueue(
-        self, conn: Driver, *, items: Sequence[Mapping[str, Any]]
+        self, conn: Driver, *, runs: Sequence[ScheduleRun]
     ) -> list[JobRow | None]:
         """Inserts the jobs of schedule runs in order; ``None`` where the run has its job already."""
+        items = [
+            {
+                **_enqueue_params(run.job),
+                "schedule_name": run.schedule_name,
+                "scheduled_for": run.scheduled_for,
+            }
+            for run in runs
+        ]
         rows = await _fetch(conn, "schedule_run_enqueue", {"items": to_json(items)})
         return [row if row["id"] is not None else None for row in rows]
 

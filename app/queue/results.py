@@ -18,6 +18,14 @@ wakes everybody and refuses new waits, so parked reads answer at once.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
+
+from app.errors import NotFound
+from app.queue.repository import Driver, Repository
+from app.queue.states import FINISHED
+from app.queue.types import JobRow
+from app.queue.unit import TRANSACTION_TRIES, UnitOfWork, valid_id
+from app.queue.waiters import wait_either
 
 # The channel the trigger notifies on (migration 0012); the payload is the job id as text.
 CHANNEL = "jobq_finished"
@@ -109,3 +117,96 @@ class ResultHub:
         """Shutdown: wakes every waiter and makes later waits return at once."""
         self._closed = True
         self.notify_all()
+
+
+class ResultService:
+    """Awaiting results: a read that parks until its job finishes, and the backstop's check."""
+
+    def __init__(self, *, unit: UnitOfWork, repository: Repository, hub: ResultHub) -> None:
+        self.unit = unit
+        self.repo = repository
+        # Parked reads of this instance, woken by jobq_finished notifications.
+        self.hub = hub
+
+    async def wait(
+        self, job_id: int, *, wait_seconds: float, stop: asyncio.Event | None = None
+    ) -> JobRow:
+        """One job, once it is finished (succeeded, dead, cancelled) or ``wait_seconds`` passed.
+
+        A job finished already, or ``wait_seconds`` 0, is answered at once; ``NotFound`` for an
+        unknown job, and for one deleted while waited for. Otherwise the job is marked awaited
+        (one conditional UPDATE, so that its finish notifies ``jobq_finished`` from whichever
+        instance finishes it) and the read parks in ``self.results`` holding no database
+        connection. Woken by that notification, by the result backstop (which checks every
+        parked job once per backstop interval, in case a notification was lost), after a
+        reconnect of the control connection, or at shutdown, it re-reads the job and parks
+        again while it is unfinished. It answers the job as it is when it finished, when the
+        wait ends, when ``stop`` is set (the client went away) or when the instance shuts down.
+        """
+        if wait_seconds <= 0 or self.hub.closed:
+            return await self._get(job_id)
+        if not valid_id(job_id):
+            raise NotFound(f"job {job_id} not found")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_seconds
+        stop = stop or asyncio.Event()
+        # Parked before the mark: a notification sent once the mark committed must find us.
+        waiter = self.hub.register(job_id)
+        try:
+            row = await self._mark_awaited(job_id)
+            while row["status"] not in FINISHED:
+                remaining = deadline - loop.time()
+                if remaining <= 0 or stop.is_set() or self.hub.closed:
+                    return row
+                await wait_either(waiter.event, stop, seconds=remaining)
+                if stop.is_set():
+                    return row  # nobody is listening for the answer
+                self.hub.rearm(waiter)  # before the read: a later finish wakes us again
+                row = await self._get(job_id)
+            return row
+        finally:
+            self.hub.unregister(waiter)
+
+    async def _mark_awaited(self, job_id: int) -> JobRow:
+        """The job after marking it awaited, or as found when finished or awaited already."""
+        self.unit.statements["await_mark"] += 1
+        # Marking twice marks once.
+        async for attempt in self.unit.hot(idempotent=True):
+            async with attempt as conn:
+                row = await self._mark(conn, job_id)
+        if row is None:
+            raise NotFound(f"job {job_id} not found")
+        return row
+
+    async def settled(self, job_ids: Sequence[int]) -> list[int]:
+        """Which of these jobs are finished or gone (the result backstop's check)."""
+        async for attempt in self.unit.ops():
+            async with attempt as conn:
+                settled = await self.repo.job_await_settled(conn, job_ids=job_ids)
+        return settled
+
+    async def _get(self, job_id: int) -> JobRow:
+        """The job as it is now; ``NotFound`` when it is unknown or gone."""
+        if not valid_id(job_id):
+            raise NotFound(f"job {job_id} not found")
+        async for attempt in self.unit.hot(idempotent=True):
+            async with attempt as conn:
+                row = await self.repo.job_get(conn, job_id=job_id)
+        if row is None:
+            raise NotFound(f"job {job_id} not found")
+        return row
+
+    async def _mark(self, conn: Driver, job_id: int) -> JobRow | None:
+        """Marks the job awaited; when the mark takes nothing, reads why (finished, or gone)."""
+        row: JobRow | None = None
+        for _ in range(TRANSACTION_TRIES):
+            row = await self.repo.job_await_mark(conn, job_id=job_id)
+            if row is not None:
+                return row
+            # Finished, awaited already, or unknown: a read in a snapshot of its own (taken
+            # after the mark, so it sees any finish the mark waited for) tells which.
+            row = await self.repo.job_get(conn, job_id=job_id)
+            if row is None or row["awaited"] or row["status"] in FINISHED:
+                return row
+            # Retried (finished, then back to pending) between the two statements: again.
+        return row  # still moving: park anyway, the backstop has it

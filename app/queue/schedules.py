@@ -1,504 +1,627 @@
-"""When a periodic schedule runs: cron expressions and intervals in a time zone (pure, no I/O).
+"""Periodic jobs: schedule definitions, and the pass that enqueues their due runs.
 
-A schedule is a cron expression or an interval, in an IANA time zone (UTC by default).
+When a schedule runs is app/domain/cron.py (pure arithmetic); this service is where it meets
+the database. Routes, the dashboard and the scheduler loop (app/maintenance/scheduler.py) reach
+it through ``Services.schedules``.
 
-**Cron expressions** are croniter's syntax (ranges, steps, names, ``L``, ``W``, ``#``; when
-both day of month and day of week are restricted, either matching is enough, as in Vixie
-cron), with 5 fields, 6 with seconds first, or an alias (``@hourly`` ... ``@yearly``). They are
-read on the clock of the zone. croniter only does calendar arithmetic on naive wall times here;
-turning wall times into instants across daylight-saving changes follows Vixie cron's rule,
-which tells two kinds of expression apart:
+**Exactly once per run.** The scheduler pass (:meth:`ScheduleService.enqueue_runs`) is one
+transaction on the driver pool: it locks the due schedules (``FOR UPDATE SKIP LOCKED``, bounded
+batch, due by the database's ``now()``), enqueues every run it plans with its own statement,
+which marks each job with the run (``schedule_name``, ``scheduled_for``: columns no API field
+reaches, so no producer can enqueue a job that stands in for a run or keeps one out; the runs'
+jobs carry no idempotency key), and moves each schedule on with a conditional UPDATE (``WHERE
+name = ... AND next_run_at = <value read>``). Jobs and schedule move together or not at all. Two
+passes at once (two instances that both think they lead) lock different schedules; a pass that
+ran on a stale read would find its runs marked already (the unique ``uq_jobs_schedule_run``
+index answers, nothing is inserted twice) and its conditional UPDATE would move nothing, which
+rolls the pass back.
 
-- *Fixed-time* expressions name their seconds (if any), minute and hour (none of those fields
-  starts with ``*``: ``30 2 * * *``, ``0 9,17 * * 1-5``). Every local time they match runs
-  exactly once (:func:`wall_instant`): a time that happens twice (clocks go back) runs at its
-  first occurrence only; a time that does not exist (clocks go forward) runs at the first
-  instant after the gap (03:00 local for 02:30 on the day Europe/Berlin springs forward), and
-  the times of one gap make one run there. A daily job runs once on each DST day.
-- *Wildcard* expressions (a seconds, minute or hour field starting with ``*``: ``*/5 * * * *``,
-  ``0 * * * *``, ``@hourly``) follow the clock as it reads at each instant: in the repeated hour
-  their times run at both occurrences, and times in the skipped hour do not run. An hourly job
-  runs every elapsed hour: 23 times on the spring day, 25 on the autumn day; ``*/5`` never
-  pauses or bunches up.
+**Errors.** A schedule whose runs cannot be computed (a time zone this instance does not know,
+written by another release or host) is parked in the same pass: ``last_error`` and
+``errored_at`` say why and since when, the due scan leaves it out, and it stays so until a
+change (``PUT``) or a resume clears the error. It is shown by the API, the dashboard and the
+``jobq_schedules_errored`` gauge.
 
-croniter's own handling of zone-aware datetimes is not used: it moves a missing daily time to
-the end of the gap but skips a missing hourly one, and runs a repeated daily time twice.
-
-**Intervals** are elapsed time, whatever the zone: runs at ``next_run_at + k * interval``.
-A new interval schedule first runs one interval after it is made (in whole seconds).
-
-Every run instant is a whole second, so a run is named exactly by its schedule and instant (the
-``schedule_name`` / ``scheduled_for`` mark of its job).
-
-**Time zones** are the names the ``tzdata`` package lists (a dependency, so every instance of a
-release accepts the same names): canonical zones such as ``Europe/Berlin`` and ``UTC``, and the
-IANA links to them (``US/Eastern``, ``Asia/Calcutta``), which stand for the same rules. Refused:
-``Factory`` (a placeholder that is no place's time), and whatever only a host's own zoneinfo
-directory holds (``localtime``, which is the host's setting, ``posixrules``, ``posix/...``,
-``right/...``), since another instance would read such a schedule differently or not at all.
+**Definitions** are changed in one transaction each: the schedule's row is locked first
+(``schedule_lock``, which also reads the transaction's clock), the next run is computed from
+that clock, and the change and its audit row follow while the lock is held. A replacement that
+keeps the timing keeps ``next_run_at``, so re-applying a definition (every start applies the
+JOBQ_SCHEDULES file) never moves or skips a run. Pausing stops the scheduler from enqueueing
+anything; resuming moves the schedule to its first run after the resume (the paused stretch is
+not caught up). Schedules the file made (``source`` = ``file``) are changed through the file:
+the API may pause and resume them but not replace or delete them (409).
 """
 
 from __future__ import annotations
 
-import functools
-import math
-import re
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta, tzinfo
-from importlib import resources
-from zoneinfo import ZoneInfo
+from datetime import datetime
+from typing import Any
 
-from croniter import CroniterBadDateError, CroniterError, croniter
+from sqlalchemy.ext.asyncio import AsyncConnection
 
-# What the storage holds (migration 0013's checks); policy limits below these are settings.
-SCHEDULE_NAME_MAX_CHARS = 128
-SCHEDULE_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
-CRON_MAX_CHARS = 200
-TIMEZONE_MAX_CHARS = 64
-INTERVAL_SECONDS_MAX = 366 * 24 * 3600
-CATCH_UP_MAX = 1000
-DEFAULT_TIMEZONE = "UTC"
-SOURCES = ("api", "file")
+from app.domain.cron import JobTemplate, RunPlan, ScheduleError, ScheduleSpec, Timing
+from app.errors import Forbidden, InvalidInput, InvalidTransition, NotFound
+from app.queue.events import Events
+from app.queue.repository import Driver, Repository
+from app.queue.states import JobStatus
+from app.queue.types import JobDefaults, JobEvent, JobRow, NewJob, ScheduleRun
+from app.queue.unit import UnitOfWork
 
-# The aliases croniter knows, as their 5-field expressions (@reboot has no meaning here).
-CRON_ALIASES = {
-    "@yearly": "0 0 1 1 *",
-    "@annually": "0 0 1 1 *",
-    "@monthly": "0 0 1 * *",
-    "@weekly": "0 0 * * 0",
-    "@daily": "0 0 * * *",
-    "@midnight": "0 0 * * *",
-    "@hourly": "0 * * * *",
-}
-_FIELD_SEPARATOR = re.compile(r"[ \t]+")
-# croniter's hashed (H) and random (R) fields: the first needs an id, the second would give
-# another schedule each time the expression is read.
-_HASHED_FIELD = re.compile(r"^[hr](\(\d+-\d+\))?(/\d+)?$", re.IGNORECASE)
-# Any start works for checking that an expression ever matches (croniter looks 50 years ahead).
-_PROBE_START = datetime(2000, 1, 1)
-_SECOND = timedelta(seconds=1)
-_MICROSECOND = timedelta(microseconds=1)
+SOURCE_API = "api"
+SOURCE_FILE = "file"
+# Who the audit trail names for a change made inside the process with no actor.
+SCHEDULE_ACTOR = "internal"
+
+# A route's check of the schedule's queue against the caller's scopes (None: every queue).
+QueueCheck = Callable[[str], bool]
 
 
-class ScheduleError(ValueError):
-    """A schedule definition that cannot be used; ``field`` names the part (cron, timezone, ...)."""
+@dataclass(frozen=True)
+class SkippedRuns:
+    """Runs of one schedule a pass did not enqueue: more than ``catch_up`` had been missed."""
 
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
+    name: str
+    since: datetime  # the first skipped run (the schedule's next_run_at when the pass began)
+    until: datetime  # the first run enqueued; every run in [since, until) was skipped
+    catch_up: int
 
 
-def cron_fields(expression: str) -> list[str]:
-    """The fields of a cron expression (an alias stands for its five); ``ScheduleError`` if unusable."""
-    text = expression.strip()
-    if not text:
-        raise ScheduleError("cron", "must not be empty")
-    if len(text) > CRON_MAX_CHARS:
-        raise ScheduleError("cron", f"must be at most {CRON_MAX_CHARS} characters")
-    if not text.isascii() or not text.replace("\t", " ").isprintable():
-        raise ScheduleError("cron", "must be printable ASCII")
-    if text.startswith("@"):
-        alias = CRON_ALIASES.get(text.lower())
-        if alias is None:
-            known = ", ".join(sorted(CRON_ALIASES))
-            raise ScheduleError("cron", f"unknown alias {text!r}; known: {known}")
-        text = alias
-    fields = _FIELD_SEPARATOR.split(text)
-    if len(fields) not in (5, 6):
-        raise ScheduleError(
-            "cron",
-            f"needs 5 fields (minute hour day-of-month month day-of-week) or 6 with seconds "
-            f"first, got {len(fields)}",
+@dataclass(frozen=True)
+class SchedulePass:
+    """What one scheduler pass did."""
+
+    schedules: int  # schedules moved to their next run
+    enqueued: int  # jobs created (a run whose job existed already is not counted)
+    skipped: tuple[SkippedRuns, ...] = ()
+    # Schedules that could not be planned (name, reason); parked with the reason as last_error.
+    failed: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class SyncOutcome:
+    """What applying the schedules file changed, by schedule name."""
+
+    created: tuple[str, ...]
+    updated: tuple[str, ...]
+    unchanged: tuple[str, ...]
+    deleted: tuple[str, ...]
+
+
+class ScheduleContended(Exception):
+    """Internal: a schedule moved under a pass that held its lock; the pass is rolled back."""
+
+
+def timing_of(row: Mapping[str, Any]) -> Timing:
+    """The timing stored on a schedule's row."""
+    return Timing(
+        cron=row["cron"], interval_seconds=row["interval_seconds"], timezone=row["timezone"]
+    )
+
+
+def template_of(row: Mapping[str, Any]) -> JobTemplate:
+    """The job template stored on a schedule's row."""
+    return JobTemplate(
+        queue=row["queue"],
+        type=row["type"],
+        payload=row["payload"],
+        priority=row["priority"],
+        max_attempts=row["max_attempts"],
+        lease_seconds=row["lease_seconds"],
+        timeout_seconds=row["timeout_seconds"],
+        concurrency_key=row["concurrency_key"],
+    )
+
+
+def _state(paused: bool | None) -> str | None:
+    if paused is None:
+        return None
+    return "paused" if paused else "active"
+
+
+def _detail(name: str, row: Mapping[str, Any]) -> dict[str, Any]:
+    """What the audit trail records of a schedule (not its payload, which may be large)."""
+    timing = (
+        {"cron": row["cron"]}
+        if row["cron"] is not None
+        else {"interval_seconds": row["interval_seconds"]}
+    )
+    return {
+        "schedule": name,
+        **timing,
+        "timezone": row["timezone"],
+        "type": row["type"],
+        "catch_up": row["catch_up"],
+        "source": row["source"],
+    }
+
+
+class ScheduleService:
+    """Schedules: create or replace, read, list, pause, resume, delete, apply a file, and the
+    scheduler's pass."""
+
+    def __init__(
+        self, *, unit: UnitOfWork, repository: Repository, events: Events, defaults: JobDefaults
+    ) -> None:
+        self.unit = unit
+        self.repo = repository
+        self.events = events
+        # The runs' jobs get what an enqueue gives a job that leaves fields out.
+        self.defaults = defaults
+
+    # -- definitions -------------------------------------------------------------------------
+
+    async def put(
+        self,
+        name: str,
+        spec: ScheduleSpec,
+        *,
+        actor: str = SCHEDULE_ACTOR,
+        actor_key_id: int | None = None,
+        allowed: QueueCheck | None = None,
+    ) -> tuple[JobRow, bool]:
+        """Creates or replaces the schedule ``name``; answers it and whether it was created.
+
+        ``allowed`` checks the queue of the schedule being replaced (``Forbidden`` if refused);
+        a schedule of the JOBQ_SCHEDULES file is refused with ``InvalidTransition``.
+        """
+
+        async for attempt in self.unit.ops(transaction=True):
+            async with attempt as conn:
+                row, outcome = await self._schedule_write(
+                    conn,
+                    name,
+                    spec,
+                    source=SOURCE_API,
+                    actor=actor,
+                    actor_key_id=actor_key_id,
+                    allowed=allowed,
+                )
+        return row, outcome == "created"
+
+    async def _schedule_write(
+        self,
+        conn: AsyncConnection,
+        name: str,
+        spec: ScheduleSpec,
+        *,
+        source: str,
+        actor: str,
+        actor_key_id: int | None,
+        allowed: QueueCheck | None = None,
+        audit_unchanged: bool = True,
+    ) -> tuple[JobRow, str]:
+        """Writes one definition under the schedule's lock; answers the row and created /
+        updated / unchanged."""
+        prior = await self.repo.schedule_lock(conn, name=name)
+        exists = prior["name"] is not None
+        if exists:
+            _check_queue(allowed, name, prior["queue"])
+            if source == SOURCE_API and prior["source"] == SOURCE_FILE:
+                raise InvalidTransition(
+                    f"schedule {name!r} comes from the JOBQ_SCHEDULES file: change it there "
+                    "(pausing and resuming it work here)"
+                )
+        now: datetime = prior["db_now"]
+        timing = spec.timing
+        same_timing = exists and (prior["cron"], prior["interval_seconds"], prior["timezone"]) == (
+            timing.cron,
+            timing.interval_seconds,
+            timing.timezone,
         )
-    if any(_HASHED_FIELD.match(f) for f in fields):
-        raise ScheduleError("cron", "hashed (H) and random (R) fields are not supported")
-    return fields
+        with _unusable_as_input():
+            if not same_timing:
+                next_run_at = timing.first_run(now)
+            elif prior["paused"] and spec.paused is False:
+                next_run_at = timing.resumed_run(prior["next_run_at"], now)
+            else:
+                next_run_at = prior["next_run_at"]
+        template = spec.template
+        row = await self.repo.schedule_upsert(
+            conn,
+            values={
+                "name": name,
+                "cron": timing.cron,
+                "interval_seconds": timing.interval_seconds,
+                "timezone": timing.timezone,
+                "queue": template.queue,
+                "type": template.type,
+                "payload": template.payload,
+                "priority": template.priority,
+                "max_attempts": template.max_attempts,
+                "lease_seconds": template.lease_seconds,
+                "timeout_seconds": template.timeout_seconds,
+                "concurrency_key": template.concurrency_key,
+                "catch_up": spec.catch_up,
+                "paused": spec.paused,
+                "next_run_at": next_run_at,
+                "source": source,
+            },
+        )
+        if row is None:
+            if audit_unchanged:
+                await self._schedule_audit(
+                    conn,
+                    name,
+                    prior,
+                    action="schedule.update",
+                    outcome="unchanged",
+                    actor=actor,
+                    actor_key_id=actor_key_id,
+                    before=prior["paused"],
+                    after=prior["paused"],
+                )
+            return prior, "unchanged"
+        created = bool(row["created"])
+        await self._schedule_audit(
+            conn,
+            name,
+            row,
+            action="schedule.create" if created else "schedule.update",
+            outcome="changed",
+            actor=actor,
+            actor_key_id=actor_key_id,
+            before=None if created else prior["paused"],
+            after=row["paused"],
+        )
+        return row, "created" if created else "updated"
+
+    async def _schedule_audit(
+        self,
+        conn: AsyncConnection,
+        name: str,
+        row: Mapping[str, Any],
+        *,
+        action: str,
+        outcome: str,
+        actor: str,
+        actor_key_id: int | None,
+        before: bool | None,
+        after: bool | None,
+    ) -> None:
+        await self.repo.audit_insert(
+            conn,
+            actor=actor,
+            actor_key_id=actor_key_id,
+            action=action,
+            outcome=outcome,
+            queue=row["queue"],
+            state_before=_state(before),
+            state_after=_state(after),
+            detail=_detail(name, row),
+        )
+
+    async def get(self, name: str) -> JobRow:
+        """One schedule; ``NotFound`` if there is none."""
+        async for attempt in self.unit.ops():
+            async with attempt as conn:
+                row = await self.repo.schedule_get(conn, name=name)
+        if row is None:
+            raise NotFound(f"schedule {name!r} not found")
+        return row
+
+    async def list_page(
+        self, *, limit: int, after: str | None = None, queue_patterns: Sequence[str] | None = None
+    ) -> tuple[list[JobRow], str | None]:
+        """A page of schedules in name order, and the next page's cursor (the last name; ``None``
+        at the end); with ``queue_patterns`` (LIKE), only schedules of matching queues."""
+
+        async for attempt in self.unit.ops():
+            async with attempt as conn:
+                rows = await self.repo.schedule_list(
+                    conn, after=after, limit=limit + 1, queue_patterns=queue_patterns
+                )
+        next_cursor = rows[limit - 1]["name"] if len(rows) > limit else None
+        return rows[:limit], next_cursor
+
+    async def delete(
+        self,
+        name: str,
+        *,
+        actor: str = SCHEDULE_ACTOR,
+        actor_key_id: int | None = None,
+        allowed: QueueCheck | None = None,
+    ) -> JobRow:
+        """Deletes a schedule (the jobs it enqueued stay); answers it as it was."""
+
+        async for attempt in self.unit.ops(transaction=True):
+            async with attempt as conn:
+                answer = await self._delete_locked(
+                    conn, name, actor=actor, actor_key_id=actor_key_id, allowed=allowed
+                )
+        return answer
+
+    async def _delete_locked(
+        self,
+        conn: AsyncConnection,
+        name: str,
+        *,
+        actor: str,
+        actor_key_id: int | None,
+        allowed: QueueCheck | None,
+    ) -> JobRow:
+        prior = await self.repo.schedule_lock(conn, name=name)
+        if prior["name"] is None:
+            raise NotFound(f"schedule {name!r} not found")
+        _check_queue(allowed, name, prior["queue"])
+        if prior["source"] == SOURCE_FILE:
+            raise InvalidTransition(
+                f"schedule {name!r} comes from the JOBQ_SCHEDULES file: remove it there"
+            )
+        row = await self.repo.schedule_delete(conn, name=name)
+        if row is None:  # locked above: cannot vanish
+            raise NotFound(f"schedule {name!r} not found")
+        await self._schedule_audit(
+            conn,
+            name,
+            row,
+            action="schedule.delete",
+            outcome="changed",
+            actor=actor,
+            actor_key_id=actor_key_id,
+            before=row["paused"],
+            after=None,
+        )
+        return row
+
+    async def set_paused(
+        self,
+        name: str,
+        *,
+        paused: bool,
+        actor: str = SCHEDULE_ACTOR,
+        actor_key_id: int | None = None,
+        allowed: QueueCheck | None = None,
+    ) -> JobRow:
+        """Pauses or resumes a schedule; a resume moves it to its first run after now.
+
+        Pausing a paused schedule (or resuming an active one) changes nothing and is recorded
+        as unchanged.
+        """
+
+        async for attempt in self.unit.ops(transaction=True):
+            async with attempt as conn:
+                answer = await self._set_paused_locked(
+                    conn,
+                    name,
+                    paused=paused,
+                    actor=actor,
+                    actor_key_id=actor_key_id,
+                    allowed=allowed,
+                )
+        return answer
+
+    async def _set_paused_locked(
+        self,
+        conn: AsyncConnection,
+        name: str,
+        *,
+        paused: bool,
+        actor: str,
+        actor_key_id: int | None,
+        allowed: QueueCheck | None,
+    ) -> JobRow:
+        prior = await self.repo.schedule_lock(conn, name=name)
+        if prior["name"] is None:
+            raise NotFound(f"schedule {name!r} not found")
+        _check_queue(allowed, name, prior["queue"])
+        with _unusable_as_input():
+            next_run_at = (
+                None
+                if paused
+                else timing_of(prior).resumed_run(prior["next_run_at"], prior["db_now"])
+            )
+        row = await self.repo.schedule_set_paused(
+            conn, name=name, paused=paused, next_run_at=next_run_at
+        )
+        await self._schedule_audit(
+            conn,
+            name,
+            row or prior,
+            action="schedule.pause" if paused else "schedule.resume",
+            outcome="changed" if row is not None else "unchanged",
+            actor=actor,
+            actor_key_id=actor_key_id,
+            before=prior["paused"],
+            after=paused,
+        )
+        return row or prior
+
+    async def sync(self, entries: Sequence[tuple[str, ScheduleSpec]], *, actor: str) -> SyncOutcome:
+        """Applies a schedules file in one transaction: upserts each entry (``source`` file) and
+        deletes the file's schedules it no longer names.
+
+        An entry named like a schedule made through the API takes it over. Definitions that did
+        not change are left alone (no audit row); every change is audited as ``actor``.
+        """
+
+        async for attempt in self.unit.ops(transaction=True):
+            async with attempt as conn:
+                answer = await self._sync_locked(conn, entries, actor=actor)
+        return answer
+
+    async def _sync_locked(
+        self, conn: AsyncConnection, entries: Sequence[tuple[str, ScheduleSpec]], *, actor: str
+    ) -> SyncOutcome:
+        outcomes: dict[str, list[str]] = {"created": [], "updated": [], "unchanged": []}
+        # In name order, as every instance applying the same file does: no deadlocks.
+        for name, spec in sorted(entries, key=lambda entry: entry[0]):
+            _, outcome = await self._schedule_write(
+                conn,
+                name,
+                spec,
+                source=SOURCE_FILE,
+                actor=actor,
+                actor_key_id=None,
+                audit_unchanged=False,
+            )
+            outcomes[outcome].append(name)
+        stale = await self.repo.schedule_delete_stale_file(
+            conn, names=[name for name, _ in entries]
+        )
+        for row in stale:
+            await self._schedule_audit(
+                conn,
+                row["name"],
+                row,
+                action="schedule.delete",
+                outcome="changed",
+                actor=actor,
+                actor_key_id=None,
+                before=row["paused"],
+                after=None,
+            )
+        return SyncOutcome(
+            created=tuple(outcomes["created"]),
+            updated=tuple(outcomes["updated"]),
+            unchanged=tuple(outcomes["unchanged"]),
+            deleted=tuple(row["name"] for row in stale),
+        )
+
+    async def errored_counts(self) -> dict[str, int]:
+        """Schedules in error (parked until changed or resumed), per queue."""
+        async for attempt in self.unit.ops():
+            async with attempt as conn:
+                counts = await self.repo.schedule_errored_counts(conn)
+        return counts
+
+    # -- the scheduler's pass ------------------------------------------------------------------
+
+    async def enqueue_runs(self, *, batch_size: int, now: datetime | None = None) -> SchedulePass:
+        """Enqueues the due runs of at most ``batch_size`` schedules and moves them on, in one
+        transaction; answers what it did.
+
+        Due by ``now`` (default: the database's ``now()``). For each schedule the runs are its
+        plan (app/domain/cron.py, ``Timing.plan``): the current run and up to ``catch_up``
+        missed ones. After the commit the created jobs are announced like any enqueue (events
+        for observers, wake-ups for the claims waiting on their queues).
+        """
+
+        async for attempt in self.unit.hot(transaction=True):
+            async with attempt as conn:
+                outcome, created = await self._schedule_pass(conn, batch_size=batch_size, now=now)
+        self.events.publish(
+            [JobEvent("enqueued", r["id"], r["queue"], status=r["status"]) for r in created]
+        )
+        self.events.wake_queues(r["queue"] for r in created if r["status"] == JobStatus.PENDING)
+        return outcome
+
+    async def _schedule_pass(
+        self, conn: Driver, *, batch_size: int, now: datetime | None
+    ) -> tuple[SchedulePass, list[JobRow]]:
+        due = await self.repo.schedule_due(conn, batch_size=batch_size, now=now)
+        planned: list[tuple[JobRow, RunPlan]] = []
+        failed: list[tuple[str, str]] = []
+        park: list[dict[str, Any]] = []
+        for row in due:
+            try:
+                plan = timing_of(row).plan(
+                    next_run_at=row["next_run_at"], now=row["db_now"], catch_up=row["catch_up"]
+                )
+            except (ScheduleError, ValueError, OverflowError) as exc:
+                failed.append((row["name"], str(exc)))
+                park.append(
+                    {"name": row["name"], "expected": row["next_run_at"], "error": str(exc)}
+                )
+                continue
+            planned.append((row, plan))
+        if park:
+            # Planning it again would fail again, every pass: parked until somebody changes it.
+            await self.repo.schedule_park(conn, items=park)
+        if not planned:
+            return SchedulePass(schedules=0, enqueued=0, failed=tuple(failed)), []
+
+        runs: list[ScheduleRun] = []
+        for row, plan in planned:
+            template = template_of(row)
+            runs.extend(
+                ScheduleRun(
+                    schedule_name=row["name"],
+                    scheduled_for=run,
+                    job=self.defaults.apply(
+                        NewJob(
+                            queue=template.queue,
+                            type=template.type,
+                            payload=template.payload,
+                            priority=template.priority,
+                            run_at=run,
+                            max_attempts=template.max_attempts,
+                            lease_seconds=template.lease_seconds,
+                            timeout_seconds=template.timeout_seconds,
+                            concurrency_key=template.concurrency_key,
+                        )
+                    ),
+                )
+                for run in plan.runs
+            )
+        inserted = await self.repo.schedule_run_enqueue(conn, runs=runs) if runs else []
+        job_ids = {
+            (run.schedule_name, run.scheduled_for): job["id"]
+            for run, job in zip(runs, inserted, strict=True)
+            if job is not None
+        }
+        # The current run's job, where it existed already (enqueued before, by another pass).
+        current = [(row["name"], plan.runs[-1]) for row, plan in planned if plan.runs]
+        missing = [run for run in current if run not in job_ids]
+        if missing:
+            found = await self.repo.schedule_run_jobs(conn, runs=missing)
+            job_ids.update({run: job["id"] for run, job in found.items()})
+
+        advance = []
+        skipped = []
+        for row, plan in planned:
+            last = plan.runs[-1] if plan.runs else None
+            advance.append(
+                {
+                    "name": row["name"],
+                    "expected": row["next_run_at"],
+                    "next_run_at": plan.next_run_at,
+                    "last_run_at": last,
+                    "last_job_id": job_ids.get((row["name"], last)) if last is not None else None,
+                }
+            )
+            if plan.skipped_from is not None and plan.runs:
+                skipped.append(
+                    SkippedRuns(
+                        name=row["name"],
+                        since=plan.skipped_from,
+                        until=plan.runs[0],
+                        catch_up=row["catch_up"],
+                    )
+                )
+        moved = await self.repo.schedule_advance(conn, items=advance)
+        if moved != {row["name"] for row, _ in planned}:
+            raise ScheduleContended(
+                "schedules moved under a pass that held them: "
+                + ", ".join(sorted({row["name"] for row, _ in planned} - moved))
+            )
+        created = [job for job in inserted if job is not None]
+        outcome = SchedulePass(
+            schedules=len(planned),
+            enqueued=len(created),
+            skipped=tuple(skipped),
+            failed=tuple(failed),
+        )
+        return outcome, created
 
 
-def cron_expression(expression: str) -> str:
-    """A valid cron expression as stored (fields joined by one space, aliases in lower case).
-
-    Refused with ``ScheduleError`` naming ``cron``: anything croniter does not parse, a number
-    of fields other than 5 or 6, hashed or random fields, and an expression that never matches
-    (``0 0 30 2 *``).
-    """
-    text = expression.strip()
-    fields = cron_fields(text)
-    stored = text.lower() if text.startswith("@") else " ".join(fields)
+@contextlib.contextmanager
+def _unusable_as_input() -> Iterator[None]:
+    """A timing that yields no next run (checked when it was made; never seen) is a 422."""
     try:
-        _croniter(" ".join(fields), _PROBE_START).get_next(datetime)
-    except CroniterBadDateError:
-        raise ScheduleError("cron", "never matches a date (e.g. the 30th of February)") from None
-    except (CroniterError, ValueError, TypeError, KeyError, IndexError) as exc:
-        # croniter's messages quote the expression; keep ours short and about the value.
-        raise ScheduleError(
-            "cron", f"not a valid cron expression ({_croniter_reason(exc)})"
+        yield
+    except ScheduleError as exc:
+        raise InvalidInput(
+            f"invalid schedule: {exc.field}: {exc.message}",
+            errors=[{"field": f"body.{exc.field}", "message": exc.message}],
         ) from None
-    return stored
 
 
-def _croniter_reason(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return text[:120]
-
-
-def _croniter(expression: str, start: datetime) -> croniter:
-    return croniter(expression, start, ret_type=datetime, second_at_beginning=True)
-
-
-# Names of the IANA database that are no place's time: a schedule in them would run on no clock.
-_NOT_PLACES = frozenset({"Factory"})
-
-
-@functools.cache
-def zone_names() -> frozenset[str]:
-    """The time zone names a schedule may use (see the module's rules)."""
-    listed = resources.files("tzdata").joinpath("zones").read_text(encoding="utf-8")
-    return frozenset(listed.split()) - _NOT_PLACES
-
-
-@functools.cache
-def time_zone(name: str) -> ZoneInfo:
-    """The IANA zone of this name; ``ScheduleError`` naming ``timezone`` for any other.
-
-    Only the names of :func:`zone_names` count (``Europe/Berlin``, ``America/New_York``,
-    ``UTC``); ``localtime``, ``Factory``, ``posix/...``, file paths and abbreviations like
-    ``CEST`` are refused. The rules come from the system's zoneinfo, else the ``tzdata`` package.
-    """
-    if not name or len(name) > TIMEZONE_MAX_CHARS or name not in zone_names():
-        raise ScheduleError(
-            "timezone",
-            f"unknown time zone {name[:TIMEZONE_MAX_CHARS]!r}; use an IANA zone name "
-            "(Europe/Berlin, UTC)",
+def _check_queue(allowed: QueueCheck | None, name: str, queue: str) -> None:
+    if allowed is not None and not allowed(queue):
+        raise Forbidden(
+            f"schedule {name!r} enqueues into queue {queue!r}, outside this key's scopes",
+            errors=[{"field": "path.name", "message": "queue outside the key's scopes"}],
         )
-    return ZoneInfo(name)
-
-
-def _utc_seconds(instant: datetime) -> datetime:
-    return instant.astimezone(UTC).replace(microsecond=0)
-
-
-def _offset_at(timestamp: int, zone: tzinfo) -> timedelta | None:
-    return datetime.fromtimestamp(timestamp, zone).utcoffset()
-
-
-def wall_instant(wall: datetime, zone: tzinfo) -> datetime:
-    """The instant (UTC) a naive wall time of ``zone`` runs at (see the module's rules).
-
-    Once: that instant. Twice (clocks went back): the first occurrence. Never (clocks went
-    forward past it): the first instant after the gap, found by bisecting the gap's seconds
-    for the change of offset.
-    """
-    first = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
-    second = wall.replace(tzinfo=zone, fold=1).astimezone(UTC)
-    if first == second:
-        return first
-    earlier, later = sorted((first, second))
-    if earlier.astimezone(zone).replace(tzinfo=None) == wall:
-        return earlier  # it exists twice: the first occurrence
-    # In a gap each fold reads the wall time with the offset of one side of the change, so the
-    # change lies between the two readings: find its second.
-    low, high = int(earlier.timestamp()), int(later.timestamp())
-    after = _offset_at(high, zone)
-    while high - low > 1:
-        middle = (low + high) // 2
-        if _offset_at(middle, zone) == after:
-            high = middle
-        else:
-            low = middle
-    return datetime.fromtimestamp(high, UTC)
-
-
-def _walls(expression: str, start: datetime, *, backwards: bool) -> Iterator[datetime]:
-    """Naive wall times the expression matches, strictly after (or before) ``start``."""
-    it = _croniter(expression, start)
-    while True:
-        try:
-            wall: datetime = it.get_prev(datetime) if backwards else it.get_next(datetime)
-        except CroniterBadDateError:
-            return
-        yield wall
-
-
-def is_fixed_time(fields: list[str]) -> bool:
-    """Whether an expression names its seconds, minute and hour (none starts with ``*``)."""
-    clock = fields[:3] if len(fields) == 6 else fields[:2]
-    return not any(f.startswith("*") for f in clock)
-
-
-def cron_next_after(expression: str, zone: tzinfo, instant: datetime) -> datetime:
-    """The first run of the cron expression strictly after ``instant`` (UTC)."""
-    fields = cron_fields(expression)
-    if is_fixed_time(fields):
-        return _fixed_next(" ".join(fields), zone, instant)
-    return _clock_next(" ".join(fields), zone, instant)
-
-
-def cron_prev_before(expression: str, zone: tzinfo, instant: datetime) -> datetime | None:
-    """The last run of the cron expression strictly before ``instant`` (UTC); ``None`` if none."""
-    fields = cron_fields(expression)
-    if is_fixed_time(fields):
-        return _fixed_prev(" ".join(fields), zone, instant)
-    return _clock_prev(" ".join(fields), zone, instant)
-
-
-def _fixed_next(expression: str, zone: tzinfo, instant: datetime) -> datetime:
-    local = instant.astimezone(zone)
-    for wall in _walls(expression, local.replace(tzinfo=None, fold=0), backwards=False):
-        # Wall times later than the instant's own may still lie before it: those of a repeated
-        # stretch whose first occurrence has passed, while the instant is in the second one.
-        run = wall_instant(wall, zone)
-        if run > instant:
-            return run
-    raise ScheduleError("cron", "has no run after " + instant.isoformat())
-
-
-def _fixed_prev(expression: str, zone: tzinfo, instant: datetime) -> datetime | None:
-    local = instant.astimezone(zone)
-    start = local.replace(tzinfo=None, fold=0)
-    if local.fold:
-        # The instant is in the second pass of a repeated stretch: every wall time of that
-        # stretch had its (first) occurrence before it, up to where the stretch ends.
-        repeated, current = local.replace(fold=0).utcoffset(), local.utcoffset()
-        if repeated is not None and current is not None:
-            start += repeated - current
-    for wall in _walls(expression, start + _SECOND, backwards=True):
-        run = wall_instant(wall, zone)
-        if run < instant:
-            return run
-    return None
-
-
-# Wildcard expressions: within a stretch of one UTC offset, the clock reads instant + offset, so
-# the runs there are the matching wall times minus that offset. A candidate found with one
-# offset counts only if no offset change lies between it and where the search began; otherwise
-# the search goes on from the change with the new offset. Offset changes are found by scanning
-# in steps (tzdata never changes a zone's offset twice within one) and bisecting the seconds.
-_SCAN_STEP = timedelta(hours=3)
-
-
-def _offset(instant: datetime, zone: tzinfo) -> timedelta:
-    offset = instant.astimezone(zone).utcoffset()
-    return offset if offset is not None else timedelta(0)
-
-
-def _reading(instant: datetime, offset: timedelta) -> datetime:
-    """The naive wall time a clock at ``offset`` shows at ``instant``."""
-    return (instant.astimezone(UTC) + offset).replace(tzinfo=None)
-
-
-def _at(wall: datetime, offset: timedelta) -> datetime:
-    """The instant a clock at ``offset`` shows the naive ``wall`` time."""
-    return wall.replace(tzinfo=UTC) - offset
-
-
-def _first_change(zone: tzinfo, low: datetime, high: datetime) -> datetime:
-    """The first whole second in (low, high] whose offset differs from ``low``'s (there is one)."""
-    base = _offset(low, zone)
-    lo, hi = math.floor(low.timestamp()), math.ceil(high.timestamp())
-    while hi - lo > 1:
-        middle = (lo + hi) // 2
-        if _offset_at(middle, zone) == base:
-            lo = middle
-        else:
-            hi = middle
-    return datetime.fromtimestamp(hi, UTC)
-
-
-def _change_after(zone: tzinfo, start: datetime, until: datetime) -> datetime | None:
-    """The first instant in (start, until] with another offset than ``start``'s, if any."""
-    base, low = _offset(start, zone), start
-    while low < until:
-        high = min(low + _SCAN_STEP, until)
-        if _offset(high, zone) != base:
-            return _first_change(zone, low, high)
-        low = high
-    return None
-
-
-def _stretch_start(zone: tzinfo, end: datetime, since: datetime) -> datetime | None:
-    """Where the offset in force just before ``end`` began, if that is after ``since``."""
-    base, high = _offset(end - _MICROSECOND, zone), end - _MICROSECOND
-    while high > since:
-        low = max(high - _SCAN_STEP, since)
-        if _offset(low, zone) != base:
-            return _first_change(zone, low, high)
-        high = low
-    return None
-
-
-def _clock_next(expression: str, zone: tzinfo, instant: datetime) -> datetime:
-    start = instant
-    while True:
-        offset = _offset(start, zone)
-        run = None
-        # From the clock's reading at ``start`` on, that reading included (after an offset
-        # change, a run may fall on the change itself).
-        for wall in _walls(expression, _reading(start, offset) - _MICROSECOND, backwards=False):
-            candidate = _at(wall, offset)
-            if candidate > instant:
-                run = candidate
-                break
-        if run is None:
-            raise ScheduleError("cron", "has no run after " + instant.isoformat())
-        change = _change_after(zone, start, run)
-        if change is None:
-            return run
-        start = change
-
-
-def _clock_prev(expression: str, zone: tzinfo, instant: datetime) -> datetime | None:
-    end = instant
-    while True:
-        offset = _offset(end - _MICROSECOND, zone)
-        walls = _walls(expression, _reading(end, offset), backwards=True)
-        wall = next(walls, None)
-        if wall is None:
-            return None
-        run = _at(wall, offset)
-        began = _stretch_start(zone, end, run)
-        if began is None:
-            return run
-        end = began
-
-
-@dataclass(frozen=True)
-class Timing:
-    """When a schedule runs: a cron expression or an interval in seconds, and a time zone.
-
-    Constructed valid or not at all: ``ScheduleError`` names ``cron``, ``interval_seconds`` or
-    ``timezone``.
-    """
-
-    cron: str | None = None
-    interval_seconds: int | None = None
-    timezone: str = DEFAULT_TIMEZONE
-
-    def __post_init__(self) -> None:
-        if (self.cron is None) == (self.interval_seconds is None):
-            raise ScheduleError(
-                "interval_seconds" if self.cron is not None else "cron",
-                "give either cron or interval_seconds, not both"
-                if self.cron is not None
-                else "give either cron or interval_seconds",
-            )
-        if self.cron is not None:
-            object.__setattr__(self, "cron", cron_expression(self.cron))
-        if self.interval_seconds is not None and not (
-            1 <= self.interval_seconds <= INTERVAL_SECONDS_MAX
-        ):
-            raise ScheduleError(
-                "interval_seconds", f"must be within 1..{INTERVAL_SECONDS_MAX} (366 days)"
-            )
-        time_zone(self.timezone)
-
-    @property
-    def zone(self) -> ZoneInfo:
-        """The time zone."""
-        return time_zone(self.timezone)
-
-    @property
-    def _interval(self) -> timedelta:
-        if self.interval_seconds is None:
-            raise TypeError("not an interval schedule")
-        return timedelta(seconds=self.interval_seconds)
-
-    def first_run(self, now: datetime) -> datetime:
-        """The first run of a schedule made (or re-timed) at ``now``: strictly after it."""
-        if self.cron is not None:
-            return cron_next_after(self.cron, self.zone, now)
-        return _utc_seconds(now) + self._interval
-
-    def resumed_run(self, next_run_at: datetime, now: datetime) -> datetime:
-        """The next run of a schedule resumed at ``now``: its first run after ``now``.
-
-        Runs that came due while it was paused are not caught up. An interval schedule keeps
-        its phase (the next ``next_run_at + k * interval`` after ``now``).
-        """
-        if self.cron is not None:
-            return cron_next_after(self.cron, self.zone, now)
-        if next_run_at > now:
-            return next_run_at
-        return next_run_at + ((now - next_run_at) // self._interval + 1) * self._interval
-
-    def plan(self, *, next_run_at: datetime, now: datetime, catch_up: int) -> RunPlan:
-        """What the scheduler enqueues at ``now`` for a schedule whose next run was ``next_run_at``.
-
-        The due runs are the runs in [next_run_at, now]. The latest of them is the current
-        run; the others were missed. The plan enqueues the current run and the ``catch_up``
-        latest missed ones, oldest first; older missed runs are skipped. The next run is the
-        first one strictly after ``now``.
-        """
-        if not 0 <= catch_up <= CATCH_UP_MAX:
-            raise ValueError(f"catch_up must be within 0..{CATCH_UP_MAX}")
-        if self.cron is None:
-            return self._plan_interval(next_run_at, now, catch_up)
-        zone = self.zone
-        runs: list[datetime] = []
-        run = cron_prev_before(self.cron, zone, now + _MICROSECOND)
-        while run is not None and run >= next_run_at and len(runs) <= catch_up:
-            runs.append(run)
-            run = cron_prev_before(self.cron, zone, run)
-        runs.reverse()
-        skipped = run is not None and run >= next_run_at
-        return RunPlan(
-            runs=tuple(runs),
-            next_run_at=cron_next_after(self.cron, zone, now),
-            skipped_from=next_run_at if skipped else None,
-        )
-
-    def _plan_interval(self, next_run_at: datetime, now: datetime, catch_up: int) -> RunPlan:
-        interval = self._interval
-        if next_run_at > now:
-            return RunPlan(runs=(), next_run_at=next_run_at, skipped_from=None)
-        latest = (now - next_run_at) // interval
-        first = max(0, latest - catch_up)
-        return RunPlan(
-            runs=tuple(next_run_at + k * interval for k in range(first, latest + 1)),
-            next_run_at=next_run_at + (latest + 1) * interval,
-            skipped_from=next_run_at if first > 0 else None,
-        )
-
-
-@dataclass(frozen=True)
-class RunPlan:
-    """The runs one scheduler pass enqueues for a schedule, and where the schedule goes next."""
-
-    runs: tuple[datetime, ...]  # oldest first; the last is the current run
-    next_run_at: datetime
-    # Runs due from this instant up to (not including) the first of ``runs`` were skipped
-    # (more than catch_up were missed); None when nothing was skipped.
-    skipped_from: datetime | None
-
-
-@dataclass(frozen=True)
-class JobTemplate:
-    """The job each run enqueues; ``None`` fields take the service's defaults at enqueue time."""
-
-    queue: str
-    type: str
-    payload: object = None
-    priority: int = 0
-    max_attempts: int | None = None
-    lease_seconds: int | None = None
-    timeout_seconds: int | None = None
-    concurrency_key: str | None = None
-
-
-@dataclass(frozen=True)
-class ScheduleSpec:
-    """A schedule's definition: when it runs, what it enqueues, how far it catches up.
-
-    ``paused`` ``None`` keeps the schedule's current state (active for a new one).
-    """
-
-    timing: Timing
-    template: JobTemplate
-    catch_up: int = 0
-    paused: bool | None = None
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.catch_up <= CATCH_UP_MAX:
-            raise ScheduleError("catch_up", f"must be within 0..{CATCH_UP_MAX}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -12,7 +12,39 @@ from app.queue.states import BulkAction, JobStatus
 
 # A row as either driver answers it: SQLAlchemy's RowMapping or asyncpg's Record.
 JobRow = Mapping[Any, Any]
-LeaseItem = Mapping[str, Any]  # {"job_id", "lease_id", ...the transition's own fields}
+
+
+class NotGiven(enum.Enum):
+    """A field the caller left out, which keeps what is stored; ``None`` is a value that clears it."""
+
+    NOT_GIVEN = "not given"
+
+
+NOT_GIVEN = NotGiven.NOT_GIVEN
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseUpdate:
+    """One lease named in a heartbeat, complete, fail or release, and what the worker reports.
+
+    The service fills in ``worker_id`` and ``key_id`` from the call (every lease of a call
+    belongs to its worker). Each transition reads its own fields: heartbeat ``lease_seconds``,
+    ``checkpoint`` and ``progress``; complete ``result``; fail ``error``, ``retryable``,
+    ``retry_after_seconds`` and ``checkpoint``; release ``delay_seconds`` and ``checkpoint``.
+    """
+
+    job_id: int
+    lease_id: str
+    worker_id: str = ""
+    key_id: int | None = None
+    lease_seconds: int | None = None  # None: the lease length the claim asked for
+    checkpoint: Any | NotGiven = NOT_GIVEN  # any JSON value, None included
+    progress: Any | NotGiven = NOT_GIVEN
+    result: Any = None
+    error: str = ""
+    retryable: bool = True
+    retry_after_seconds: float | None = None  # None: the backoff
+    delay_seconds: float = 0.0
 
 
 class LeaseTransition(enum.StrEnum):
@@ -92,6 +124,31 @@ class NewJob:
     idempotency_key: str | None = None
     fingerprint: str | None = None
     concurrency_key: str | None = None
+
+
+@dataclass(frozen=True)
+class JobDefaults:
+    """What a job gets when its producer leaves a field out; shared by enqueue and schedule runs."""
+
+    max_attempts: int
+    lease_seconds: int
+
+    def apply(self, job: NewJob) -> NewJob:
+        """The job with these defaults in the fields it left out."""
+        return replace(
+            job,
+            max_attempts=job.max_attempts or self.max_attempts,
+            lease_seconds=job.lease_seconds or self.lease_seconds,
+        )
+
+
+@dataclass(frozen=True)
+class ScheduleRun:
+    """One run of a schedule to enqueue: the schedule, the time it is for, and its job."""
+
+    schedule_name: str
+    scheduled_for: datetime
+    job: NewJob
 
 
 @dataclass(frozen=True)

@@ -121,3 +121,16 @@ class WaiterHub:
         """Shutdown: wakes every waiter and makes later waits return at once."""
         self._closed = True
         self.notify_all()
+
+
+async def wait_either(first: asyncio.Event, second: asyncio.Event, *, seconds: float) -> None:
+    """Waits until either event is set or ``seconds`` pass."""
+    waits = [asyncio.ensure_future(first.wait()), asyncio.ensure_future(second.wait())]
+    try:
+        await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in waits:
+            task.cancel()
+        for task in waits:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -9,7 +9,7 @@ The runner (app/maintenance/runner.py) ticks it on every instance and supervises
 
 from __future__ import annotations
 
-from app.queue.service import JobService
+from app.queue.services import Services
 from app.queue.waiters import WaiterHub
 from app.settings import setting_default
 
@@ -27,13 +27,13 @@ class Backstop:
     def __init__(
         self,
         *,
-        service: JobService,
+        services: Services,
         hub: WaiterHub,
         interval_seconds: float = BACKSTOP_INTERVAL_DEFAULT,
     ) -> None:
         if not interval_seconds > 0:
             raise ValueError("interval_seconds must be > 0")
-        self.service = service
+        self.services = services
         self.hub = hub
         self.interval_seconds = interval_seconds
 
@@ -42,7 +42,7 @@ class Backstop:
         queues = self.hub.waiting_queues()
         if not queues:
             return 0
-        due = await self.service.due_in_queues(queues, cap=BACKSTOP_CAP)
+        due = await self.services.upkeep.due_in_queues(queues, cap=BACKSTOP_CAP)
         return sum(self.hub.notify(queue, count) for queue, count in due.items() if count)
 
     async def run_batch(self) -> int:

@@ -14,7 +14,7 @@ The runner (app/maintenance/runner.py) ticks it on every instance and supervises
 from __future__ import annotations
 
 from app.queue.results import ResultHub
-from app.queue.service import JobService
+from app.queue.services import Services
 from app.settings import setting_default
 
 RESULT_BACKSTOP_INTERVAL_DEFAULT: float = setting_default("longpoll_backstop_seconds")
@@ -31,14 +31,14 @@ class ResultBackstop:
     def __init__(
         self,
         *,
-        service: JobService,
-        results: ResultHub,
+        services: Services,
         interval_seconds: float = RESULT_BACKSTOP_INTERVAL_DEFAULT,
     ) -> None:
         if not interval_seconds > 0:
             raise ValueError("interval_seconds must be > 0")
-        self.service = service
-        self.results = results
+        self.services = services
+        # The parked reads of this instance.
+        self.results: ResultHub = services.results.hub
         self.interval_seconds = interval_seconds
 
     async def run_once(self) -> int:
@@ -47,7 +47,7 @@ class ResultBackstop:
         woken = 0
         for start in range(0, len(waiting), RESULT_BACKSTOP_CHUNK):
             chunk = waiting[start : start + RESULT_BACKSTOP_CHUNK]
-            for job_id in await self.service.settled_jobs(chunk):
+            for job_id in await self.services.results.settled(chunk):
                 woken += self.results.notify(job_id)
         return woken
 

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.api.state import app_state
 from app.auth.keys import Role
 from app.db import driver_dsn
-from app.queue.service import JobService
+from app.queue.services import Services
 from app.wakeup.result_backstop import ResultBackstop
 from tests.api.helpers import claim, enqueue, lease, lease_call, running_app
 from tests.auth.conftest import bearer, make_key
@@ -27,22 +27,22 @@ from tests.polling import poll_until
 PROMPT_SECONDS = 2.0
 
 
-def service_of(client: httpx.AsyncClient) -> JobService:
-    return app_state(client.app).running().service  # type: ignore[attr-defined]
+def service_of(client: httpx.AsyncClient) -> Services:
+    return app_state(client.app).running().services  # type: ignore[attr-defined]
 
 
 def parked(client: httpx.AsyncClient, count: int = 1) -> Callable[[], Awaitable[bool]]:
     """Whether ``count`` reads are registered (a read registers just before it marks its job)."""
 
     async def check() -> bool:
-        return service_of(client).results.parked == count
+        return service_of(client).results.hub.parked == count
 
     return check
 
 
 def armed(client: httpx.AsyncClient, job_id: int) -> Callable[[], bool]:
     """Whether a read of the job waits to be woken (parked, and not woken since)."""
-    return lambda: job_id in service_of(client).results.waiting_jobs()
+    return lambda: job_id in service_of(client).results.hub.waiting_jobs()
 
 
 async def parked_on(
@@ -92,7 +92,7 @@ async def test_the_wait_ends_with_the_unfinished_job(
         assert r.status_code == 200, r.text
         assert r.json()["id"] == job["id"] and r.json()["status"] == "pending"
         assert await awaited(clean_db, job["id"])
-        assert service_of(client).results.parked == 0
+        assert service_of(client).results.hub.parked == 0
 
 
 async def test_without_a_wait_it_answers_as_before(
@@ -179,7 +179,7 @@ async def test_a_retry_does_not_answer_and_the_read_parks_again(
         # Back to pending (a release): not finished, so nothing wakes the read.
         await lease_call(client, "release", "w1", lease(held))
         # Every waiter woken (as after a reconnect): it re-reads and parks again.
-        service_of(client).results.notified(None)
+        service_of(client).results.hub.notified(None)
         await poll_until(armed(client, job["id"]), within=5, what="the read to park again")
         assert not waiting.done()
         [again] = await claim(client, queues=["r"])
@@ -321,11 +321,11 @@ async def test_the_backstop_wakes_reads_whose_job_finished_or_went(
         await _complete(client, held)
         pending = await enqueue(client, queue="r")
         waiters = {
-            "done": service.results.register(done["id"]),
-            "pending": service.results.register(pending["id"]),
-            "gone": service.results.register(999_999),
+            "done": service.results.hub.register(done["id"]),
+            "pending": service.results.hub.register(pending["id"]),
+            "gone": service.results.hub.register(999_999),
         }
-        backstop = ResultBackstop(service=service, results=service.results)
+        backstop = ResultBackstop(services=service)
         assert await backstop.run_once() == 2
         assert {name: w.woken for name, w in waiters.items()} == {
             "done": True,
@@ -335,8 +335,8 @@ async def test_the_backstop_wakes_reads_whose_job_finished_or_went(
         # Woken waiters are not asked about again until they park again.
         assert await backstop.run_once() == 0
         for w in waiters.values():
-            service.results.unregister(w)
-        assert service.results.parked == 0 and await backstop.run_once() == 0
+            service.results.hub.unregister(w)
+        assert service.results.hub.parked == 0 and await backstop.run_once() == 0
 
 
 async def test_a_lost_notification_is_made_up_for_by_the_backstop(

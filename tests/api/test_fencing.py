@@ -20,8 +20,8 @@ async def test_silent_worker_is_fenced_after_reap_and_reclaim(
     # A goes silent; its lease runs out (moved into the past rather than waited for).
     async with clean_db.begin() as conn:
         await conn.execute(text("UPDATE jobs SET lease_expires_at = now() - interval '1 s'"))
-    service = app_state(app).running().service
-    reaper = Reaper(service=service, config=ReaperConfig())
+    service = app_state(app).running().services
+    reaper = Reaper(services=service, config=ReaperConfig())
     counts = await reaper.run_once()
     assert counts.retried == 1
     async with clean_db.begin() as conn:  # skip the backoff delay

@@ -155,8 +155,10 @@ async def test_raising_a_key_limit_wakes_a_parked_claim_at_once(
         [held] = await claim(client, max_jobs=1)
         assert held["id"] == jobs[0]["id"]
         parked = asyncio.create_task(claim(client, "w2", max_jobs=1, wait_seconds=10))
-        service = app_state(client.app).running().service  # type: ignore[attr-defined]
-        await poll_until(lambda: service.hub.parked == 1, what="the claim to park", interval=0.01)
+        service = app_state(client.app).running().services  # type: ignore[attr-defined]
+        await poll_until(
+            lambda: service.jobs.hub.parked == 1, what="the claim to park", interval=0.01
+        )
         await set_limit(client, scope="key", pattern="k", max_running=2)
         [woken] = await asyncio.wait_for(parked, 8)
         assert woken["id"] == jobs[1]["id"]

@@ -69,8 +69,8 @@ async def test_cancel_and_the_reaper_free_slots(
             text("UPDATE jobs SET lease_expires_at = now() - interval '1 s' WHERE id = :id"),
             {"id": next_one["id"]},
         )
-    service = app_state(app).running().service
-    reaped = await service.reap(batch_size=10)
+    service = app_state(app).running().services
+    reaped = await service.upkeep.reap(batch_size=10)
     assert [r["id"] for r in reaped] == [next_one["id"]]
     [after] = await claim(client, max_jobs=3)
     assert after["id"] == jobs[2]["id"]
@@ -123,8 +123,8 @@ async def test_a_rate_limit_spends_its_bucket_and_says_when_it_refills(
         await enqueue(client, queue="mail")
     assert len(await claim(client, queues=["mail"], max_jobs=10)) == 3
     assert await claim(client, queues=["mail"], max_jobs=10) == []
-    service = app_state(app).running().service
-    refill = service._refill_at.get(("mail",))
+    service = app_state(app).running().services
+    refill = service.jobs._refill_at.get(("mail",))
     assert refill is not None  # one token returns in about 20 s
 
 

@@ -17,13 +17,13 @@ from tests.api.helpers import claim, enqueue, lease, lease_call
 async def test_each_transition_is_one_event_and_replays_are_none(
     app: FastAPI, client: httpx.AsyncClient, clean_db: AsyncEngine
 ) -> None:
-    service = app_state(app).running().service
+    service = app_state(app).running().services
     seen: list[JobEvent] = []
 
     def observe(events: Sequence[JobEvent]) -> None:
         seen.extend(events)
 
-    service.observers.append(observe)
+    service.events.subscribe(observe)
     a = await enqueue(client, queue="q")
     b = await enqueue(client, queue="q", max_attempts=1)
     c = await enqueue(client, queue="q")
@@ -39,7 +39,7 @@ async def test_each_transition_is_one_event_and_replays_are_none(
     await lease_call(client, "heartbeat", "w1", lease(held[replay.json()["id"]]))
     async with clean_db.begin() as conn:
         await conn.execute(text("UPDATE jobs SET lease_expires_at = now() - interval '1 s'"))
-    reaped = await service.reap(batch_size=10)
+    reaped = await service.upkeep.reap(batch_size=10)
     assert len(reaped) == 1
     assert (await client.post(f"/v1/jobs/{c['id']}/cancel")).status_code == 200
     assert (await client.post(f"/v1/jobs/{c['id']}/retry")).status_code == 200

@@ -123,7 +123,7 @@ async def test_a_late_call_after_the_reaper_took_the_lease_is_lost(
     async with clean_db.begin() as conn:
         await conn.execute(text("UPDATE jobs SET lease_expires_at = now() - interval '1 s'"))
     app = client._transport.app  # type: ignore[attr-defined]
-    await Reaper(service=app_state(app).running().service, config=ReaperConfig()).run_once()
+    await Reaper(services=app_state(app).running().services, config=ReaperConfig()).run_once()
     for op in ("complete", "fail", "release", "heartbeat"):
         [late] = await lease_call(client, op, "w1", lease(c))
         assert not late["ok"] and not late["cancelled"] and not late["timed_out"], (op, late)
@@ -157,6 +157,6 @@ async def test_timed_out_is_still_told_after_the_reaper_ended_the_attempt(
             )
         )
     app = client._transport.app  # type: ignore[attr-defined]
-    await Reaper(service=app_state(app).running().service, config=ReaperConfig()).run_once()
+    await Reaper(services=app_state(app).running().services, config=ReaperConfig()).run_once()
     [late] = await lease_call(client, "complete", "w1", lease(c))
     assert not late["ok"] and late["timed_out"] is True

@@ -19,8 +19,8 @@ def _seconds(later: str, earlier: str) -> float:
 
 
 async def _reap(app: FastAPI) -> None:
-    service = app_state(app).running().service
-    await Reaper(service=service, config=ReaperConfig()).run_once()
+    service = app_state(app).running().services
+    await Reaper(services=service, config=ReaperConfig()).run_once()
 
 
 async def test_timeout_caps_the_lease_and_stops_a_job_that_heartbeats_forever(

@@ -247,8 +247,8 @@ async def test_backstop_wakes_only_queues_with_due_jobs(
         app: FastAPI = client.app  # type: ignore[attr-defined]
         from app.wakeup.backstop import Backstop
 
-        service = app_state(app).running().service
-        backstop = Backstop(service=service, hub=app_state(app).running().hub)
+        service = app_state(app).running().services
+        backstop = Backstop(services=service, hub=app_state(app).running().hub)
         empty = app_state(app).running().hub.register(["empty"])
         busy = [app_state(app).running().hub.register(["busy"]) for _ in range(3)]
         await enqueue(client, queue="busy")
@@ -262,9 +262,9 @@ async def test_jobs_claimed_as_the_client_leaves_are_given_back(
 ) -> None:
     async with running_app(database_url) as client:
         app: FastAPI = client.app  # type: ignore[attr-defined]
-        service = app_state(app).running().service
+        service = app_state(app).running().services
         gone = asyncio.Event()
-        real_claim = service.repo.job_claim
+        real_claim = service.jobs.repo.job_claim
 
         async def claim_then_client_leaves(*args: Any, **kwargs: Any) -> Any:
             outcome = await real_claim(*args, **kwargs)
@@ -272,9 +272,9 @@ async def test_jobs_claimed_as_the_client_leaves_are_given_back(
                 gone.set()  # the disconnect lands while the claim statement ran
             return outcome
 
-        service.repo.job_claim = claim_then_client_leaves
+        service.jobs.repo.job_claim = claim_then_client_leaves
         waiting = asyncio.create_task(
-            service.claim(
+            service.jobs.claim(
                 worker_id="ghost",
                 queues=["lp"],
                 max_jobs=5,
@@ -286,7 +286,7 @@ async def test_jobs_claimed_as_the_client_leaves_are_given_back(
         await poll_until(parked(client), within=5)
         job = await enqueue(client, queue="lp")
         assert await asyncio.wait_for(waiting, 5) == []
-        service.repo.job_claim = real_claim
+        service.jobs.repo.job_claim = real_claim
         [got] = await claim(client, worker="alive", queues=["lp"])
         assert got["id"] == job["id"] and got["attempt"] == 1
 

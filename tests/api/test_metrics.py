@@ -61,7 +61,7 @@ def delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]
 async def test_each_transition_moves_its_counter_by_exactly_one_and_times_the_attempt(
     app: FastAPI, client: httpx.AsyncClient, clean_db: AsyncEngine
 ) -> None:
-    service = app_state(app).running().service
+    service = app_state(app).running().services
     start = await scrape(client)
     q = "m"
 
@@ -102,7 +102,7 @@ async def test_each_transition_moves_its_counter_by_exactly_one_and_times_the_at
     assert again["id"] in {c["id"], d["id"]}
     async with clean_db.begin() as conn:
         await conn.execute(text("UPDATE jobs SET lease_expires_at = now() - interval '1 s'"))
-    assert len(await service.reap(batch_size=10)) == 1
+    assert len(await service.upkeep.reap(batch_size=10)) == 1
     now = await scrape(client)
     assert delta(events(now, q), events(step, q)) == {"claimed": 1, "reaped": 1}
 

@@ -92,15 +92,15 @@ async def test_the_previous_release_serves_the_whole_lifecycle_on_the_new_schema
     # Maintenance: reap the lease past its expiry, promote the delayed job, prune the history.
     runtime = app_state(app).runtime
     assert runtime is not None
-    service = runtime.service
+    service = runtime.services
     async with clean_db.connect() as conn:
         now = await conn.scalar(text("SELECT now()"))
-    reaped = await service.reap(batch_size=10, now=now + timedelta(seconds=60))
+    reaped = await service.upkeep.reap(batch_size=10, now=now + timedelta(seconds=60))
     assert [r["id"] for r in reaped] == [running["id"]]
-    promoted = await service.promote(batch_size=10, now=now + timedelta(hours=2))
+    promoted = await service.upkeep.promote(batch_size=10, now=now + timedelta(hours=2))
     # The delayed job, and the reaped one's retry once its backoff passed.
     assert promoted == 2 and (await get_job(client, later["id"]))["status"] == "pending"
-    pruned = await service.prune(
+    pruned = await service.upkeep.prune(
         batch_size=10,
         succeeded_seconds=0,
         cancelled_seconds=0,
@@ -110,7 +110,9 @@ async def test_the_previous_release_serves_the_whole_lifecycle_on_the_new_schema
     assert pruned == 2  # the succeeded job, and the dead one retried then cancelled
     # Every outcome counted so far lies more than a day before that "now".
     assert (
-        await service.prune_throughput(keep_seconds=0, batch_size=100, now=now + timedelta(days=1))
+        await service.upkeep.prune_throughput(
+            keep_seconds=0, batch_size=100, now=now + timedelta(days=1)
+        )
         >= 3
     )
 

@@ -13,8 +13,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.api.state import app_state
+from app.domain.cron import JobTemplate, ScheduleSpec, Timing
 from app.maintenance.gauges import QueueGauges
-from app.queue.schedules import JobTemplate, ScheduleSpec, Timing
 from tests.api.test_metrics import scrape, value
 from tests.auth.conftest import Keys, as_key
 from tests.auth.conftest import keys as keys_fixture
@@ -233,11 +233,11 @@ async def test_scoped_keys_see_and_change_their_queues_only(
 async def test_file_schedules_are_changed_through_the_file(
     app: FastAPI, client: httpx.AsyncClient
 ) -> None:
-    service = app_state(app).running().service
+    service = app_state(app).running().services
     spec = ScheduleSpec(
         timing=Timing(interval_seconds=300), template=JobTemplate(queue="q", type="t")
     )
-    await service.schedule_sync([("from-file", spec)], actor="file:test")
+    await service.schedules.sync([("from-file", spec)], actor="file:test")
     shown = await client.get("/v1/schedules/from-file")
     assert shown.json()["source"] == "file"
     replaced = await client.put("/v1/schedules/from-file", json=NIGHTLY)
@@ -267,8 +267,8 @@ async def test_a_producer_cannot_take_or_suppress_a_schedule_run(
     evil = await producer.post("/v1/jobs", json=evil_job)
     assert evil.status_code == 201, evil.text
 
-    service = app_state(app).running().service
-    outcome = await service.enqueue_schedule_runs(batch_size=10, now=due)
+    service = app_state(app).running().services
+    outcome = await service.schedules.enqueue_runs(batch_size=10, now=due)
     assert (outcome.schedules, outcome.enqueued) == (1, 1)
     shown = (await admin.get("/v1/schedules/nightly")).json()
     assert datetime.fromisoformat(shown["last_run_at"]) == due
@@ -296,8 +296,8 @@ async def test_a_schedule_no_instance_can_plan_is_parked_visibly_until_changed(
                 "next_run_at = now() - interval '1 minute' WHERE name = 'nightly'"
             )
         )
-    service = app_state(app).running().service
-    first = await service.enqueue_schedule_runs(batch_size=10)
+    service = app_state(app).running().services
+    first = await service.schedules.enqueue_runs(batch_size=10)
     assert [name for name, _ in first.failed] == ["nightly"] and first.enqueued == 0
 
     shown = (await client.get("/v1/schedules/nightly")).json()
@@ -318,7 +318,7 @@ async def test_a_schedule_no_instance_can_plan_is_parked_visibly_until_changed(
             .one()
         )
     for _ in range(3):
-        later = await service.enqueue_schedule_runs(batch_size=10)
+        later = await service.schedules.enqueue_runs(batch_size=10)
         assert (later.schedules, later.failed) == (0, ())
     async with clean_db.connect() as conn:
         after = (
@@ -337,7 +337,7 @@ async def test_a_schedule_no_instance_can_plan_is_parked_visibly_until_changed(
     await gauges.run_batch()
     assert value(await scrape(client), "jobq_schedules_errored", queue="billing.reports") == 0
     due = datetime.fromisoformat(fixed.json()["next_run_at"])
-    assert (await service.enqueue_schedule_runs(batch_size=10, now=due)).enqueued == 1
+    assert (await service.schedules.enqueue_runs(batch_size=10, now=due)).enqueued == 1
 
 
 async def test_a_resume_clears_a_schedule_error(

@@ -81,8 +81,8 @@ class Service:
                 ),
                 {"id": job_id},
             )
-        service = app_state(self.app).running().service
-        counts = await Reaper(service=service, config=ReaperConfig()).run_once()
+        service = app_state(self.app).running().services
+        counts = await Reaper(services=service, config=ReaperConfig()).run_once()
         assert counts.retried == 1, counts
         async with engine.begin() as conn:
             await conn.execute(

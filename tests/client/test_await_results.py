@@ -65,7 +65,7 @@ async def test_wait_loops_over_rounds_and_answers_when_the_job_finishes(
         job = await producer.enqueue("t", queue="q")
         # Rounds of 0.2 s: the job finishes during a later round, not the first.
         waiting = asyncio.create_task(producer.wait(job["id"], timeout=10, poll_seconds=0.2))
-        results = app_state(service.app).running().service.results
+        results = app_state(service.app).running().services.results.hub
         calls = service.transports[0]
 
         async def rounds() -> bool:

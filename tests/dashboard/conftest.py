@@ -186,4 +186,4 @@ async def seeded(app: FastAPI, keys: Keys) -> Seeded:
 
 async def job_status(app: FastAPI, job_id: int) -> Any:
     """A job's state, read from the service."""
-    return (await app_state(app).running().service.get(job_id))["status"]
+    return (await app_state(app).running().services.jobs.get(job_id))["status"]

@@ -49,7 +49,7 @@ def paths(templates: tuple[str, ...], seeded: Seeded) -> list[str]:
 
 
 async def queue_paused(app: FastAPI, name: str) -> bool:
-    rows = await app_state(app).running().service.queue_stats()
+    rows = await app_state(app).running().services.ops.queue_stats()
     return any(r["name"] == name and r["paused"] for r in rows)
 
 
@@ -307,7 +307,7 @@ async def test_with_authentication_off_every_page_is_open_and_actions_still_need
     audit = (
         await app_state(app)
         .running()
-        .service.audit_list(action=None, actor="anonymous", limit=50, after=None)
+        .services.ops.audit_list(action=None, actor="anonymous", limit=50, after=None)
     )
     assert {row["action"] for row in audit[0]} >= {"queue.pause", "job.cancel", "job.retry"}
 

@@ -54,9 +54,9 @@ async def test_the_schedules_page_lists_timing_runs_and_the_last_job(
                 "UPDATE schedules SET next_run_at = '2026-01-01 01:30:00+00' WHERE name = 'nightly'"
             )
         )
-    service = app_state(app).running().service
-    assert (await service.enqueue_schedule_runs(batch_size=10)).enqueued == 1
-    job_id = (await service.schedule_get("nightly"))["last_job_id"]
+    service = app_state(app).running().services
+    assert (await service.schedules.enqueue_runs(batch_size=10)).enqueued == 1
+    job_id = (await service.schedules.get("nightly"))["last_job_id"]
 
     async with signed_in(app, keys.viewer) as viewer:
         page = await viewer.get("/dashboard/schedules")
@@ -113,8 +113,8 @@ async def test_a_schedule_in_error_shows_its_error(
                 "next_run_at = now() - interval '1 minute' WHERE name = 'lost'"
             )
         )
-    service = app_state(app).running().service
-    assert [name for name, _ in (await service.enqueue_schedule_runs(batch_size=10)).failed] == [
+    service = app_state(app).running().services
+    assert [name for name, _ in (await service.schedules.enqueue_runs(batch_size=10)).failed] == [
         "lost"
     ]
 

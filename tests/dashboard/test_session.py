@@ -133,12 +133,12 @@ async def test_an_action_with_a_missing_or_forged_token_is_refused_and_changes_n
             assert bulk.status_code == 403, what
         assert str(await job_status(app, seeded.pending)) == "pending"
         assert str(await job_status(app, seeded.dead)) == "dead"
-        stats = await app_state(app).running().service.queue_stats()
+        stats = await app_state(app).running().services.ops.queue_stats()
         assert not any(r["paused"] for r in stats)
         entries, _ = (
             await app_state(app)
             .running()
-            .service.audit_list(action=None, actor="admin", limit=50, after=None)
+            .services.ops.audit_list(action=None, actor="admin", limit=50, after=None)
         )
         assert [
             e for e in entries if e["action"] != "job.cancel" or e["job_id"] != seeded.cancelled
@@ -159,7 +159,7 @@ async def test_an_action_with_a_missing_or_forged_token_is_refused_and_changes_n
         entries, _ = (
             await app_state(app)
             .running()
-            .service.audit_list(action=None, actor="admin", limit=50, after=None)
+            .services.ops.audit_list(action=None, actor="admin", limit=50, after=None)
         )
         done = {(e["action"], e["job_id"]) for e in entries}
         assert {("job.cancel", seeded.pending), ("job.retry", seeded.dead)} <= done

@@ -7,11 +7,11 @@ from typing import Any
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.queue.service import JobService
+from app.queue.services import Services
 from tests.integration.helpers import service
 
 
 @pytest.fixture
-def svc(clean_db: AsyncEngine, driver_pool: Any) -> JobService:
+def svc(clean_db: AsyncEngine, driver_pool: Any) -> Services:
     """The service on emptied tables."""
     return service(clean_db, driver_pool)

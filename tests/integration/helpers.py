@@ -13,7 +13,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.main import repository_for
 from app.migrations import upgrade
 from app.queue.repository import Repository
-from app.queue.service import JobService
+from app.queue.services import Services, build_services
+from app.queue.types import JobDefaults
 from app.settings import Settings
 from tests.conftest import create_database, drop_database
 
@@ -23,15 +24,17 @@ def repository() -> Repository:
     return repository_for(Settings(database_url="postgresql://unused/unused"))
 
 
-def service(engine: AsyncEngine, pool: Any, **options: Any) -> JobService:
-    """A service on the engine and driver pool with the default settings (no waiters)."""
+def service(engine: AsyncEngine, pool: Any, **options: Any) -> Services:
+    """The services on the engine and driver pool with the default settings (no waiters)."""
     defaults = Settings(database_url="postgresql://unused/unused")
-    return JobService(
+    return build_services(
         engine=engine,
         pool=pool,
         repository=repository(),
-        max_attempts_default=defaults.max_attempts_default,
-        lease_seconds_default=defaults.lease_seconds_default,
+        defaults=JobDefaults(
+            max_attempts=defaults.max_attempts_default,
+            lease_seconds=defaults.lease_seconds_default,
+        ),
         **options,
     )
 

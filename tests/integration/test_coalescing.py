@@ -7,12 +7,13 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.queue.service import CoalescingPolicy, JobService
-from app.queue.types import NewJob
+from app.queue.jobs import CoalescingPolicy
+from app.queue.services import Services
+from app.queue.types import LeaseUpdate, NewJob
 from tests.integration.helpers import job_row, seed_jobs, service
 
 
-def _coalescing(engine: AsyncEngine, pool: Any) -> JobService:
+def _coalescing(engine: AsyncEngine, pool: Any) -> Services:
     return service(engine, pool, coalescing=CoalescingPolicy(max_in_flight=1, max_items=1000))
 
 
@@ -23,7 +24,7 @@ async def test_concurrent_claims_share_statements_and_each_get_their_own_leases(
     ids = await seed_jobs(clean_db, 60)
     answers = await asyncio.gather(
         *(
-            svc.claim(worker_id=f"w{n}", queues=["default"], max_jobs=3, lease_seconds=10 + n)
+            svc.jobs.claim(worker_id=f"w{n}", queues=["default"], max_jobs=3, lease_seconds=10 + n)
             for n in range(20)
         )
     )
@@ -44,22 +45,22 @@ async def test_coalesced_completes_check_ownership_item_by_item(
     await seed_jobs(clean_db, 40)
     claims = await asyncio.gather(
         *(
-            svc.claim(worker_id=f"w{n}", queues=["default"], max_jobs=2, lease_seconds=30)
+            svc.jobs.claim(worker_id=f"w{n}", queues=["default"], max_jobs=2, lease_seconds=30)
             for n in range(20)
         )
     )
 
     async def complete(n: int, rows: list[Any]) -> Any:
         # Odd workers also name a lease of their neighbour's: that item alone must be refused.
-        items = [{"job_id": r["id"], "lease_id": str(r["lease_id"])} for r in rows]
+        items = [LeaseUpdate(job_id=r["id"], lease_id=str(r["lease_id"])) for r in rows]
         if n % 2:
             other = claims[n - 1][0]
-            items.append({"job_id": other["id"], "lease_id": str(other["lease_id"])})
-        return await svc.complete(worker_id=f"w{n}", items=items)
+            items.append(LeaseUpdate(job_id=other["id"], lease_id=str(other["lease_id"])))
+        return await svc.jobs.complete(worker_id=f"w{n}", items=items)
 
-    before = svc.statements["lease_complete"]
+    before = svc.unit.statements["lease_complete"]
     results = await asyncio.gather(*(complete(n, rows) for n, rows in enumerate(claims)))
-    used = svc.statements["lease_complete"] - before
+    used = svc.unit.statements["lease_complete"] - before
     for n, outcomes in enumerate(results):
         assert [o.ok for o in outcomes[:2]] == [True, True]
         if n % 2:
@@ -73,16 +74,15 @@ async def test_coalesced_single_enqueues_keep_their_own_idempotency(
     clean_db: AsyncEngine, driver_pool: Any
 ) -> None:
     svc = _coalescing(clean_db, driver_pool)
-    first = await svc.enqueue(
-        [NewJob(queue="q", type="t", idempotency_key="k", fingerprint="a")], key_field=str
+    first = await svc.jobs.enqueue(
+        [NewJob(queue="q", type="t", idempotency_key="k", fingerprint="a")]
     )
 
     async def one(n: int) -> Any:
         key = "k" if n == 3 else None
         fingerprint = "b" if n == 3 else None  # key reused with another request: 422 alone
-        return await svc.enqueue(
+        return await svc.jobs.enqueue(
             [NewJob(queue="q", type="t", payload=n, idempotency_key=key, fingerprint=fingerprint)],
-            key_field=lambda _: "idempotency_key",
         )
 
     outcomes = await asyncio.gather(*(one(n) for n in range(10)), return_exceptions=True)

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.queue.service import JobService
+from app.queue.services import Services
+from app.queue.types import LeaseUpdate
 from tests.integration.helpers import seed_jobs
 
 KEYS = 4
@@ -43,7 +45,7 @@ async def running_per_key(engine: AsyncEngine) -> dict[str, int]:
 
 
 async def test_concurrent_claims_and_releases_never_exceed_a_limit(
-    clean_db: AsyncEngine, svc: JobService
+    clean_db: AsyncEngine, svc: Services
 ) -> None:
     await limit(clean_db, "k*", max_running=MAX_RUNNING)
     for key in range(KEYS):
@@ -57,7 +59,7 @@ async def test_concurrent_claims_and_releases_never_exceed_a_limit(
     async def worker(n: int) -> None:
         while len(finished) < total:
             # A full key's jobs wait: the claim parks until a release announces a free slot.
-            rows = await svc.claim(
+            rows = await svc.jobs.claim(
                 worker_id=f"w{n}",
                 queues=["default"],
                 max_jobs=2,
@@ -66,18 +68,18 @@ async def test_concurrent_claims_and_releases_never_exceed_a_limit(
             )
             if not rows:
                 continue
-            items = [{"job_id": r["id"], "lease_id": str(r["lease_id"])} for r in rows]
+            items = [LeaseUpdate(job_id=r["id"], lease_id=str(r["lease_id"])) for r in rows]
             outcome = rng.choice(("complete", "complete", "fail", "release"))
             if outcome == "complete":
-                await svc.complete(worker_id=f"w{n}", items=items)
+                await svc.jobs.complete(worker_id=f"w{n}", items=items)
                 finished.extend(r["id"] for r in rows)
             elif outcome == "fail":
                 failed = [
-                    {**i, "error": "x", "retryable": True, "retry_after_seconds": 0} for i in items
+                    replace(i, error="x", retryable=True, retry_after_seconds=0) for i in items
                 ]
-                await svc.fail(worker_id=f"w{n}", items=failed)
+                await svc.jobs.fail(worker_id=f"w{n}", items=failed)
             else:
-                await svc.release(worker_id=f"w{n}", items=items)
+                await svc.jobs.release(worker_id=f"w{n}", items=items)
 
     async def sample() -> None:
         nonlocal highest
@@ -102,11 +104,11 @@ async def test_concurrent_claims_and_releases_never_exceed_a_limit(
 
 
 async def test_deleting_or_truncating_running_jobs_gives_their_slots_back(
-    clean_db: AsyncEngine, svc: JobService
+    clean_db: AsyncEngine, svc: Services
 ) -> None:
     await limit(clean_db, "k", max_running=5)
     await seed_jobs(clean_db, 4, concurrency_key="k")
-    rows = await svc.claim(worker_id="w", queues=["default"], max_jobs=4, lease_seconds=30)
+    rows = await svc.jobs.claim(worker_id="w", queues=["default"], max_jobs=4, lease_seconds=30)
     assert len(rows) == 4
     async with clean_db.begin() as conn:
         assert (
@@ -122,41 +124,42 @@ async def test_deleting_or_truncating_running_jobs_gives_their_slots_back(
         assert await conn.scalar(text("SELECT count(*) FROM flow_state")) == 0
 
 
-async def test_the_pruner_deletes_idle_flow_rows_only(
-    clean_db: AsyncEngine, svc: JobService
-) -> None:
+async def test_the_pruner_deletes_idle_flow_rows_only(clean_db: AsyncEngine, svc: Services) -> None:
     await limit(clean_db, "k*", max_running=5)
     await seed_jobs(clean_db, 1, concurrency_key="k1")
     await seed_jobs(clean_db, 1, concurrency_key="k2")
-    rows = await svc.claim(worker_id="w", queues=["default"], max_jobs=2, lease_seconds=30)
+    rows = await svc.jobs.claim(worker_id="w", queues=["default"], max_jobs=2, lease_seconds=30)
     assert len(rows) == 2
     done = next(r for r in rows if r["concurrency_key"] == "k1")
-    await svc.complete(
-        worker_id="w", items=[{"job_id": done["id"], "lease_id": str(done["lease_id"])}]
+    await svc.jobs.complete(
+        worker_id="w", items=[LeaseUpdate(job_id=done["id"], lease_id=str(done["lease_id"]))]
     )
     async with clean_db.connect() as conn:
         later = await conn.scalar(text("SELECT now() + interval '1 hour'"))
     # Now: both rows were touched within the idle time; an hour on, only k1's is idle (k2 runs).
-    assert await svc.prune_flow_state(batch_size=10) == 0
-    assert await svc.prune_flow_state(batch_size=10, now=later) == 1
+    assert await svc.limits.prune_state(batch_size=10) == 0
+    assert await svc.limits.prune_state(batch_size=10, now=later) == 1
     async with clean_db.connect() as conn:
         keys = [k for (k,) in await conn.execute(text("SELECT key FROM flow_state"))]
     assert keys == ["key:default|k2"]
     # A claim that needs the pruned row again creates it and claims in the same call.
     await seed_jobs(clean_db, 1, concurrency_key="k1")
-    [again] = await svc.claim(worker_id="w", queues=["default"], max_jobs=1, lease_seconds=30)
+    [again] = await svc.jobs.claim(worker_id="w", queues=["default"], max_jobs=1, lease_seconds=30)
     assert again["concurrency_key"] == "k1"
 
 
 async def test_a_rate_limit_refills_from_the_database_clock(
-    clean_db: AsyncEngine, svc: JobService
+    clean_db: AsyncEngine, svc: Services
 ) -> None:
     await limit(clean_db, "r", rate_limit=2, rate_per_seconds=3600.0)
     await seed_jobs(clean_db, 5, concurrency_key="r")
     assert (
-        len(await svc.claim(worker_id="w", queues=["default"], max_jobs=5, lease_seconds=30)) == 2
+        len(await svc.jobs.claim(worker_id="w", queues=["default"], max_jobs=5, lease_seconds=30))
+        == 2
     )
-    assert await svc.claim(worker_id="w", queues=["default"], max_jobs=5, lease_seconds=30) == []
+    assert (
+        await svc.jobs.claim(worker_id="w", queues=["default"], max_jobs=5, lease_seconds=30) == []
+    )
     # Half an hour of the bucket's clock later, one token is back.
     async with clean_db.begin() as conn:
         await conn.execute(
@@ -166,5 +169,6 @@ async def test_a_rate_limit_refills_from_the_database_clock(
             )
         )
     assert (
-        len(await svc.claim(worker_id="w", queues=["default"], max_jobs=5, lease_seconds=30)) == 1
+        len(await svc.jobs.claim(worker_id="w", queues=["default"], max_jobs=5, lease_seconds=30))
+        == 1
     )

@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.maintenance.pruner import Pruner, PrunerConfig
 from app.maintenance.runner import drain
-from app.queue.service import JobService
+from app.queue.services import Services
 from tests.integration.helpers import db_now, seed_jobs, set_columns
 
 TICK = timedelta(microseconds=1)
@@ -18,9 +18,9 @@ HOUR = 3600.0
 DAY = 86400.0
 
 
-def _pruner(svc: JobService, batch_size: int = 1000) -> Pruner:
+def _pruner(svc: Services, batch_size: int = 1000) -> Pruner:
     return Pruner(
-        service=svc,
+        services=svc,
         config=PrunerConfig(
             batch_size=batch_size,
             succeeded_seconds=HOUR,
@@ -40,7 +40,7 @@ async def _remaining(engine: AsyncEngine) -> set[int]:
     ("status", "retention"), [("succeeded", HOUR), ("cancelled", 2 * HOUR), ("dead", DAY)]
 )
 async def test_each_state_is_kept_exactly_its_retention(
-    clean_db: AsyncEngine, svc: JobService, status: str, retention: float
+    clean_db: AsyncEngine, svc: Services, status: str, retention: float
 ) -> None:
     now = await db_now(clean_db)
     edge = await seed_jobs(clean_db, 1)
@@ -55,7 +55,7 @@ async def test_each_state_is_kept_exactly_its_retention(
     assert await _remaining(clean_db) == set(pending)
 
 
-async def test_batches_are_bounded_and_drain(clean_db: AsyncEngine, svc: JobService) -> None:
+async def test_batches_are_bounded_and_drain(clean_db: AsyncEngine, svc: Services) -> None:
     ids = await seed_jobs(clean_db, 25)
     await set_columns(
         clean_db, ids, status="succeeded", finished_at=await db_now(clean_db) - timedelta(days=1)
@@ -67,7 +67,7 @@ async def test_batches_are_bounded_and_drain(clean_db: AsyncEngine, svc: JobServ
 
 
 async def test_throughput_minutes_are_kept_for_their_retention(
-    clean_db: AsyncEngine, svc: JobService
+    clean_db: AsyncEngine, svc: Services
 ) -> None:
     now = await db_now(clean_db)
     async with clean_db.begin() as conn:

@@ -9,14 +9,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.maintenance.reaper import Reaper, ReaperConfig
 from app.maintenance.runner import drain
-from app.queue.service import JobService
+from app.queue.services import Services
 from tests.integration.helpers import db_now, job_row, seed_jobs, set_columns
 
 TICK = timedelta(microseconds=1)
 
 
-def _reaper(svc: JobService, batch_size: int = 500) -> Reaper:
-    return Reaper(service=svc, config=ReaperConfig(interval_seconds=1, batch_size=batch_size))
+def _reaper(svc: Services, batch_size: int = 500) -> Reaper:
+    return Reaper(services=svc, config=ReaperConfig(interval_seconds=1, batch_size=batch_size))
 
 
 async def _running(engine: AsyncEngine, count: int, **columns: object) -> list[int]:
@@ -32,7 +32,7 @@ async def _running(engine: AsyncEngine, count: int, **columns: object) -> list[i
 
 
 async def test_a_lease_is_reaped_only_once_its_expiry_has_passed(
-    clean_db: AsyncEngine, svc: JobService
+    clean_db: AsyncEngine, svc: Services
 ) -> None:
     now = await db_now(clean_db)
     [edge] = await _running(clean_db, 1, lease_expires_at=now)
@@ -52,7 +52,7 @@ async def test_a_lease_is_reaped_only_once_its_expiry_has_passed(
     assert (await job_row(clean_db, later))["status"] == "running"
 
 
-async def test_the_last_attempt_goes_dead(clean_db: AsyncEngine, svc: JobService) -> None:
+async def test_the_last_attempt_goes_dead(clean_db: AsyncEngine, svc: Services) -> None:
     now = await db_now(clean_db)
     [job] = await _running(clean_db, 1, attempts=10, max_attempts=10, lease_expires_at=now)
     counts = await _reaper(svc).run_once(now=now + TICK)
@@ -62,7 +62,7 @@ async def test_the_last_attempt_goes_dead(clean_db: AsyncEngine, svc: JobService
 
 
 async def test_an_attempt_past_its_timeout_is_reaped_as_timed_out(
-    clean_db: AsyncEngine, svc: JobService
+    clean_db: AsyncEngine, svc: Services
 ) -> None:
     now = await db_now(clean_db)
     started = now - timedelta(seconds=10)
@@ -74,7 +74,7 @@ async def test_an_attempt_past_its_timeout_is_reaped_as_timed_out(
     assert row["lease_ended_by"] == "timeout" and row["errors"][-1]["kind"] == "timed_out"
 
 
-async def test_batches_are_bounded_and_drain(clean_db: AsyncEngine, svc: JobService) -> None:
+async def test_batches_are_bounded_and_drain(clean_db: AsyncEngine, svc: Services) -> None:
     await _running(clean_db, 25)
     reaper = _reaper(svc, batch_size=10)
     later = await db_now(clean_db) + timedelta(seconds=1)

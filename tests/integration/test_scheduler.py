@@ -15,10 +15,10 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.domain.cron import JobTemplate, ScheduleSpec, Timing
 from app.maintenance.runner import drain
 from app.maintenance.scheduler import Scheduler, SchedulerConfig
-from app.queue.schedules import JobTemplate, ScheduleSpec, Timing
-from app.queue.service import JobService
+from app.queue.services import Services
 from tests.integration.helpers import db_now
 from tests.integration.helpers import service as make_service
 from tests.polling import poll_until
@@ -93,15 +93,15 @@ def keys(jobs: Sequence[dict[str, Any]]) -> list[tuple[str, datetime]]:
 
 
 async def test_a_due_run_is_enqueued_once_marked_with_its_instant(
-    clean_db: AsyncEngine, svc: JobService
+    clean_db: AsyncEngine, svc: Services
 ) -> None:
-    await svc.schedule_put(
+    await svc.schedules.put(
         "report",
         spec(interval_seconds=60, payload={"kind": "daily"}, priority=5, max_attempts=3),
     )
     due = (await db_now(clean_db)).replace(microsecond=0) - timedelta(seconds=10)
     await set_next_run(clean_db, "report", due)
-    scheduler = Scheduler(service=svc, config=SchedulerConfig())
+    scheduler = Scheduler(services=svc, config=SchedulerConfig())
 
     assert (await scheduler.run_once(now=due - timedelta(microseconds=1))).schedules == 0
     outcome = await scheduler.run_once(now=due)
@@ -126,16 +126,16 @@ async def test_a_due_run_is_enqueued_once_marked_with_its_instant(
 
 
 async def test_after_downtime_exactly_catch_up_missed_runs_and_the_current_one(
-    clean_db: AsyncEngine, svc: JobService
+    clean_db: AsyncEngine, svc: Services
 ) -> None:
-    await svc.schedule_put("every10", spec(interval_seconds=10, catch_up=3))
-    await svc.schedule_put("minutely", spec(cron="* * * * *", catch_up=2, queue="other"))
+    await svc.schedules.put("every10", spec(interval_seconds=10, catch_up=3))
+    await svc.schedules.put("minutely", spec(cron="* * * * *", catch_up=2, queue="other"))
     base = utc(2026, 11, 30, 12, 0, 0)
     await set_next_run(clean_db, "every10", base)
     await set_next_run(clean_db, "minutely", base)
     now = base + timedelta(minutes=9, seconds=35)  # 58 interval runs and 10 minutes missed
 
-    outcome = await svc.enqueue_schedule_runs(batch_size=10, now=now)
+    outcome = await svc.schedules.enqueue_runs(batch_size=10, now=now)
     assert outcome.schedules == 2 and outcome.enqueued == 4 + 3
     every10 = [j for j in await scheduled_jobs(clean_db) if j["queue"] == "periodic"]
     assert [j["run_at"] for j in every10] == [
@@ -153,19 +153,19 @@ async def test_after_downtime_exactly_catch_up_missed_runs_and_the_current_one(
 
 
 async def test_a_stale_pass_finds_the_runs_taken_and_doubles_nothing(
-    clean_db: AsyncEngine, svc: JobService
+    clean_db: AsyncEngine, svc: Services
 ) -> None:
     """A second leader that read the schedule before the first one moved it: the marks decide."""
-    await svc.schedule_put("tick", spec(interval_seconds=5, catch_up=10))
+    await svc.schedules.put("tick", spec(interval_seconds=5, catch_up=10))
     base = utc(2026, 11, 30, 8, 0, 0)
     await set_next_run(clean_db, "tick", base)
     now = base + timedelta(seconds=12)
-    first = await svc.enqueue_schedule_runs(batch_size=10, now=now)
+    first = await svc.schedules.enqueue_runs(batch_size=10, now=now)
     assert first.enqueued == 3
     [*_, current] = await scheduled_jobs(clean_db)
     await set_next_run(clean_db, "tick", base)  # as the stale leader saw it
 
-    again = await svc.enqueue_schedule_runs(batch_size=10, now=now)
+    again = await svc.schedules.enqueue_runs(batch_size=10, now=now)
     assert again.schedules == 1 and again.enqueued == 0
     assert keys(await scheduled_jobs(clean_db)) == [
         run_of("tick", base + timedelta(seconds=s)) for s in (0, 5, 10)
@@ -183,14 +183,14 @@ async def test_passes_running_at_once_double_nothing(
     base = utc(2026, 11, 30, 9, 0, 0)
     names = [f"s{i:02d}" for i in range(40)]
     for i, name in enumerate(names):
-        await one.schedule_put(name, spec(interval_seconds=1 + i % 3, catch_up=5))
+        await one.schedules.put(name, spec(interval_seconds=1 + i % 3, catch_up=5))
         await set_next_run(clean_db, name, base)
     now = base + timedelta(seconds=4)
 
-    async def passes(service: JobService) -> int:
+    async def passes(service: Services) -> int:
         handled = 0
         while True:
-            outcome = await service.enqueue_schedule_runs(batch_size=3, now=now)
+            outcome = await service.schedules.enqueue_runs(batch_size=3, now=now)
             handled += outcome.schedules
             if outcome.schedules == 0:
                 return handled
@@ -206,58 +206,60 @@ async def test_passes_running_at_once_double_nothing(
             run_of(name, base + timedelta(seconds=s)) for s in range(0, 5) if s % step == 0
         ]
     assert sorted(keys(jobs)) == sorted(expected)
-    assert (await one.enqueue_schedule_runs(batch_size=100, now=now)).schedules == 0
+    assert (await one.schedules.enqueue_runs(batch_size=100, now=now)).schedules == 0
 
 
-async def test_batches_are_bounded_and_drain(clean_db: AsyncEngine, svc: JobService) -> None:
+async def test_batches_are_bounded_and_drain(clean_db: AsyncEngine, svc: Services) -> None:
     for i in range(25):
-        await svc.schedule_put(f"b{i}", spec(interval_seconds=3600))
+        await svc.schedules.put(f"b{i}", spec(interval_seconds=3600))
     async with clean_db.begin() as conn:
         await conn.execute(text("UPDATE schedules SET next_run_at = now() - interval '1 second'"))
-    scheduler = Scheduler(service=svc, config=SchedulerConfig(batch_size=10))
+    scheduler = Scheduler(services=svc, config=SchedulerConfig(batch_size=10))
     assert await scheduler.run_batch() == 10
     assert await drain(scheduler) == 15
     assert len(await scheduled_jobs(clean_db)) == 25
 
 
 async def test_paused_schedules_enqueue_nothing_and_resume_from_now(
-    clean_db: AsyncEngine, svc: JobService
+    clean_db: AsyncEngine, svc: Services
 ) -> None:
-    await svc.schedule_put("p", spec(cron="* * * * * *", catch_up=100))
-    await svc.schedule_set_paused("p", paused=True)
+    await svc.schedules.put("p", spec(cron="* * * * * *", catch_up=100))
+    await svc.schedules.set_paused("p", paused=True)
     stopped_at = (await schedule_row(clean_db, "p"))["next_run_at"]
     await set_next_run(clean_db, "p", stopped_at - timedelta(seconds=30))
-    assert (await svc.enqueue_schedule_runs(batch_size=10)).schedules == 0
+    assert (await svc.schedules.enqueue_runs(batch_size=10)).schedules == 0
 
-    resumed = await svc.schedule_set_paused("p", paused=False)
+    resumed = await svc.schedules.set_paused("p", paused=False)
     now = await db_now(clean_db)
     assert not resumed["paused"]
     assert now < resumed["next_run_at"] <= now + timedelta(seconds=1)  # not the paused stretch
-    outcome = await svc.enqueue_schedule_runs(batch_size=10, now=resumed["next_run_at"])
+    outcome = await svc.schedules.enqueue_runs(batch_size=10, now=resumed["next_run_at"])
     assert outcome.enqueued == 1  # the first run after the resume; nothing of the pause
 
 
 async def test_replacing_a_definition_keeps_its_next_run_unless_the_timing_changes(
-    clean_db: AsyncEngine, svc: JobService
+    clean_db: AsyncEngine, svc: Services
 ) -> None:
-    _, created = await svc.schedule_put("r", spec(cron="0 3 * * *", timezone=BERLIN))
+    _, created = await svc.schedules.put("r", spec(cron="0 3 * * *", timezone=BERLIN))
     assert created
     await set_next_run(clean_db, "r", utc(2026, 11, 29, 2))  # missed, to be caught up
-    row, created = await svc.schedule_put("r", spec(cron="0 3 * * *", timezone=BERLIN, priority=9))
+    row, created = await svc.schedules.put("r", spec(cron="0 3 * * *", timezone=BERLIN, priority=9))
     assert not created and row["priority"] == 9 and row["next_run_at"] == utc(2026, 11, 29, 2)
-    row, _ = await svc.schedule_put("r", spec(cron="0 4 * * *", timezone=BERLIN))
+    row, _ = await svc.schedules.put("r", spec(cron="0 4 * * *", timezone=BERLIN))
     assert row["next_run_at"] > await db_now(clean_db)
     assert row["next_run_at"].astimezone(Timing(cron="0 4 * * *", timezone=BERLIN).zone).hour == 4
 
 
-async def test_enqueued_runs_wake_a_waiting_claim(clean_db: AsyncEngine, svc: JobService) -> None:
-    await svc.schedule_put("wake", spec(interval_seconds=3600, queue="wakeq"))
+async def test_enqueued_runs_wake_a_waiting_claim(clean_db: AsyncEngine, svc: Services) -> None:
+    await svc.schedules.put("wake", spec(interval_seconds=3600, queue="wakeq"))
     await set_next_run(clean_db, "wake", (await db_now(clean_db)) - timedelta(seconds=1))
     claim = asyncio.create_task(
-        svc.claim(worker_id="w", queues=["wakeq"], max_jobs=1, lease_seconds=30, wait_seconds=20)
+        svc.jobs.claim(
+            worker_id="w", queues=["wakeq"], max_jobs=1, lease_seconds=30, wait_seconds=20
+        )
     )
-    await poll_until(lambda: bool(svc.hub.parked), within=5, what="the claim to park")
-    assert (await svc.enqueue_schedule_runs(batch_size=10)).enqueued == 1
+    await poll_until(lambda: bool(svc.jobs.hub.parked), within=5, what="the claim to park")
+    assert (await svc.schedules.enqueue_runs(batch_size=10)).enqueued == 1
     # No backstop runs here: only the announcement can wake the claim before its 20 s.
     [job] = await asyncio.wait_for(claim, timeout=5)
     assert job["schedule_name"] == "wake"
@@ -266,11 +268,11 @@ async def test_enqueued_runs_wake_a_waiting_claim(clean_db: AsyncEngine, svc: Jo
 # -- daylight saving time, through the pass ----------------------------------------------------
 
 
-async def pass_at(svc: JobService, now: datetime) -> list[str]:
+async def pass_at(svc: Services, now: datetime) -> list[str]:
     """Runs one pass at ``now``; answers the due times of the jobs it enqueued (UTC, ISO)."""
-    engine: AsyncEngine = svc.engine
+    engine: AsyncEngine = svc.unit.engine
     before = set(keys(await scheduled_jobs(engine)))
-    await svc.enqueue_schedule_runs(batch_size=10, now=now)
+    await svc.schedules.enqueue_runs(batch_size=10, now=now)
     return [
         f"{j['run_at']:%Y-%m-%dT%H:%M:%SZ}"
         for j in await scheduled_jobs(engine)
@@ -288,9 +290,9 @@ async def pass_at(svc: JobService, now: datetime) -> list[str]:
     ],
 )
 async def test_a_nightly_berlin_job_runs_once_on_each_dst_day(
-    clean_db: AsyncEngine, svc: JobService, day: datetime, due: datetime, then: datetime
+    clean_db: AsyncEngine, svc: Services, day: datetime, due: datetime, then: datetime
 ) -> None:
-    await svc.schedule_put("nightly", spec(cron="30 2 * * *", timezone=BERLIN, catch_up=5))
+    await svc.schedules.put("nightly", spec(cron="30 2 * * *", timezone=BERLIN, catch_up=5))
     await set_next_run(clean_db, "nightly", due)
     assert await pass_at(svc, due - timedelta(seconds=1)) == []
     assert await pass_at(svc, due) == [f"{due:%Y-%m-%dT%H:%M:%SZ}"]
@@ -304,9 +306,9 @@ async def test_a_nightly_berlin_job_runs_once_on_each_dst_day(
 
 
 async def test_an_hourly_berlin_job_runs_every_real_hour_across_both_dst_days(
-    clean_db: AsyncEngine, svc: JobService
+    clean_db: AsyncEngine, svc: Services
 ) -> None:
-    await svc.schedule_put("hourly", spec(cron="0 * * * *", timezone=BERLIN, catch_up=100))
+    await svc.schedules.put("hourly", spec(cron="0 * * * *", timezone=BERLIN, catch_up=100))
     for start, end, hours in (
         (utc(2026, 3, 28, 23), utc(2026, 3, 29, 22), 23),  # local midnight to midnight
         (utc(2026, 10, 24, 22), utc(2026, 10, 25, 23), 25),

@@ -17,8 +17,9 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.errors import InvalidTransition
-from app.queue.service import JobService
+from app.queue.services import Services
 from app.queue.states import TRANSITIONS, JobStatus, Operation, backoff_ceiling
+from app.queue.types import LeaseUpdate
 from tests.integration.helpers import job_row
 
 FINAL = {Operation.FAIL_FINAL, Operation.REAP_FINAL}
@@ -51,7 +52,7 @@ async def _seed(engine: AsyncEngine, status: JobStatus, operation: Operation) ->
     return {"job_id": job_id, "lease_id": str(lease_id)}
 
 
-def _runner(operation: Operation) -> Callable[[JobService, dict[str, Any]], Awaitable[object]]:
+def _runner(operation: Operation) -> Callable[[Services, dict[str, Any]], Awaitable[object]]:
     lease_calls: dict[Operation, tuple[str, dict[str, Any]]] = {
         Operation.COMPLETE: ("complete", {}),
         Operation.FAIL_RETRY: ("fail", {"error": "e"}),
@@ -63,19 +64,21 @@ def _runner(operation: Operation) -> Callable[[JobService, dict[str, Any]], Awai
     if operation in lease_calls:
         name, fields = lease_calls[operation]
 
-        async def lease_call(svc: JobService, item: dict[str, Any]) -> object:
-            return await getattr(svc, name)(worker_id="w", items=[{**item, **fields}])
+        async def lease_call(svc: Services, item: dict[str, Any]) -> object:
+            return await getattr(svc.jobs, name)(
+                worker_id="w", items=[LeaseUpdate(**{**item, **fields})]
+            )
 
         return lease_call
-    others: dict[Operation, Callable[[JobService, dict[str, Any]], Awaitable[object]]] = {
-        Operation.PROMOTE: lambda svc, _: svc.promote(batch_size=10),
-        Operation.CLAIM: lambda svc, _: svc.claim(
+    others: dict[Operation, Callable[[Services, dict[str, Any]], Awaitable[object]]] = {
+        Operation.PROMOTE: lambda svc, _: svc.upkeep.promote(batch_size=10),
+        Operation.CLAIM: lambda svc, _: svc.jobs.claim(
             worker_id="w2", queues=["q"], max_jobs=1, lease_seconds=30
         ),
-        Operation.REAP_RETRY: lambda svc, _: svc.reap(batch_size=10),
-        Operation.REAP_FINAL: lambda svc, _: svc.reap(batch_size=10),
-        Operation.CANCEL: lambda svc, item: svc.cancel(item["job_id"]),
-        Operation.RETRY: lambda svc, item: svc.retry(item["job_id"]),
+        Operation.REAP_RETRY: lambda svc, _: svc.upkeep.reap(batch_size=10),
+        Operation.REAP_FINAL: lambda svc, _: svc.upkeep.reap(batch_size=10),
+        Operation.CANCEL: lambda svc, item: svc.ops.cancel(item["job_id"]),
+        Operation.RETRY: lambda svc, item: svc.ops.retry(item["job_id"]),
     }
     return others[operation]
 
@@ -83,7 +86,7 @@ def _runner(operation: Operation) -> Callable[[JobService, dict[str, Any]], Awai
 @pytest.mark.parametrize("status", list(JobStatus))
 @pytest.mark.parametrize("operation", list(Operation))
 async def test_the_sql_moves_each_state_as_the_table_says(
-    clean_db: AsyncEngine, svc: JobService, operation: Operation, status: JobStatus
+    clean_db: AsyncEngine, svc: Services, operation: Operation, status: JobStatus
 ) -> None:
     item = await _seed(clean_db, status, operation)
     with contextlib.suppress(InvalidTransition):  # cancel / retry refuse with a 409

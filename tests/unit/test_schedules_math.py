@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from app.queue.schedules import (
+from app.domain.cron import (
     CATCH_UP_MAX,
     ScheduleError,
     Timing,

@@ -10,17 +10,15 @@ transaction.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from app.errors import InvalidInput, InvalidTransition, NotFound, QueueNotEmpty
-from app.queue.repository import AuditFilter
+from app.queue.events import Events
+from app.queue.repository import AuditFilter, Repository
 from app.queue.states import BulkAction, JobStatus, Operation, bulk_states, bulk_states_allowed
-from app.queue.types import BulkOutcome, JobEvent, JobRow, JobSearch, ListFilter, OpsOutcome
-from app.queue.unit import ServiceCore, decode_cursor, encode_cursor, states_of, valid_id
+from app.queue.types import BulkOutcome, JobEvent, JobRow, JobSearch, ListFilter
+from app.queue.unit import UnitOfWork, decode_cursor, encode_cursor, states_of, valid_id
 
 # Who the audit trail names for an ops action called from inside the process with no actor.
 INTERNAL_ACTOR = "internal"
@@ -45,14 +43,25 @@ def _search_detail(search: JobSearch) -> dict[str, Any]:
     return {k: v for k, v in detail.items() if v is not None}
 
 
-class Operations(ServiceCore):
-    """Reads and admin actions; mixed into ``JobService``."""
+class OpsService:
+    """Reads for people and dashboards, and the admin actions on jobs and queues."""
 
-    bulk_batch_size: int
+    def __init__(
+        self,
+        *,
+        unit: UnitOfWork,
+        repository: Repository,
+        events: Events,
+        bulk_batch_size: int = 1000,
+    ) -> None:
+        self.unit = unit
+        self.repo = repository
+        self.events = events
+        self.bulk_batch_size = bulk_batch_size
 
     # -- reads -------------------------------------------------------------------------------
 
-    async def search_jobs(
+    async def search(
         self, search: JobSearch, *, limit: int, after: str | None
     ) -> tuple[list[JobRow], str | None]:
         """A page of the jobs a search covers, newest first, and the next page's cursor
@@ -64,32 +73,34 @@ class Operations(ServiceCore):
             limit=limit + 1,
         )
 
-        async def work(conn: AsyncConnection) -> list[JobRow]:
-            return await self.repo.job_list(conn, where=where)
-
-        rows = await self._run(work)
+        async for attempt in self.unit.ops():
+            async with attempt as conn:
+                rows = await self.repo.job_list(conn, where=where)
         next_cursor = encode_cursor(rows[limit - 1]["id"]) if len(rows) > limit else None
         return rows[:limit], next_cursor
 
     async def queue_stats(self) -> list[JobRow]:
         """Counts per queue and state."""
-        return await self._run(self.repo.queue_stats)
+        async for attempt in self.unit.ops():
+            async with attempt as conn:
+                stats = await self.repo.queue_stats(conn)
+        return stats
 
     async def queue_throughput(self, *, minutes: int = 60) -> list[JobRow]:
         """Outcomes per queue and minute (queue, minute, outcome, jobs) over the last ``minutes``."""
 
-        async def work(conn: AsyncConnection) -> list[JobRow]:
-            return await self.repo.queue_throughput(conn, minutes=minutes)
-
-        return await self._run(work)
+        async for attempt in self.unit.ops():
+            async with attempt as conn:
+                rows = await self.repo.queue_throughput(conn, minutes=minutes)
+        return rows
 
     async def workers(self, *, queue_patterns: Sequence[str] | None = None) -> list[JobRow]:
         """Workers holding leases now; with ``queue_patterns`` (LIKE), only in matching queues."""
 
-        async def work(conn: AsyncConnection) -> list[JobRow]:
-            return await self.repo.worker_list(conn, queue_patterns=queue_patterns)
-
-        return await self._run(work)
+        async for attempt in self.unit.ops():
+            async with attempt as conn:
+                rows = await self.repo.worker_list(conn, queue_patterns=queue_patterns)
+        return rows
 
     # -- bulk actions ------------------------------------------------------------------------
 
@@ -107,10 +118,10 @@ class Operations(ServiceCore):
         """How many jobs ``action`` would change now (what a confirmation states)."""
         states = self._bulk_states(action, search)
 
-        async def work(conn: AsyncConnection) -> int:
-            return await self.repo.job_count(conn, search=search, statuses=states)
-
-        return await self._run(work)
+        async for attempt in self.unit.ops():
+            async with attempt as conn:
+                count = await self.repo.job_count(conn, search=search, statuses=states)
+        return count
 
     async def bulk(
         self,
@@ -130,22 +141,22 @@ class Operations(ServiceCore):
         its search, count and batches.
         """
         states = self._bulk_states(action, search)
-        below = await self._run(self.repo.job_id_ceiling)
+        async for attempt in self.unit.ops():
+            async with attempt as conn:
+                below = await self.repo.job_id_ceiling(conn)
         changed = 0
         batches = 0
         while below is not None:
-
-            async def work(conn: AsyncConnection, below_id: int = below) -> list[JobRow]:
-                return await self.repo.job_bulk_batch(
-                    conn,
-                    action=action,
-                    search=search,
-                    statuses=states,
-                    below_id=below_id,
-                    batch_size=self.bulk_batch_size,
-                )
-
-            rows = await self._run(work)
+            async for attempt in self.unit.ops():
+                async with attempt as conn:
+                    rows = await self.repo.job_bulk_batch(
+                        conn,
+                        action=action,
+                        search=search,
+                        statuses=states,
+                        below_id=below,
+                        batch_size=self.bulk_batch_size,
+                    )
             if not rows:
                 break
             batches += 1
@@ -158,18 +169,17 @@ class Operations(ServiceCore):
 
         detail = {"search": _search_detail(search), "jobs": changed, "batches": batches}
 
-        async def audit(conn: AsyncConnection) -> None:
-            await self.repo.audit_insert(
-                conn,
-                actor=actor,
-                actor_key_id=actor_key_id,
-                action=f"bulk.{action.value}",
-                outcome="changed" if changed else "unchanged",
-                queue=search.queue,
-                detail=detail,
-            )
-
-        await self._run(audit)
+        async for attempt in self.unit.ops():
+            async with attempt as conn:
+                await self.repo.audit_insert(
+                    conn,
+                    actor=actor,
+                    actor_key_id=actor_key_id,
+                    action=f"bulk.{action.value}",
+                    outcome="changed" if changed else "unchanged",
+                    queue=search.queue,
+                    detail=detail,
+                )
         return BulkOutcome(action=action, changed=changed, batches=batches)
 
     def _bulk_committed(self, action: BulkAction, moved: Sequence[JobRow]) -> None:
@@ -178,10 +188,9 @@ class Operations(ServiceCore):
         if kind is None:
             return
         status = JobStatus.PENDING if action is BulkAction.RETRY else JobStatus.CANCELLED
-        self._emit([JobEvent(kind, r["id"], r["queue"], status=status) for r in moved])
+        self.events.publish([JobEvent(kind, r["id"], r["queue"], status=status) for r in moved])
         if action is BulkAction.RETRY:
-            for queue, count in Counter(r["queue"] for r in moved).items():
-                self.announce(queue, count)
+            self.events.wake_queues(r["queue"] for r in moved)
 
     # -- ops actions -------------------------------------------------------------------------
 
@@ -204,32 +213,32 @@ class Operations(ServiceCore):
         if not valid_id(job_id):
             raise NotFound(f"job {job_id} not found")
 
-        async def work(conn: AsyncConnection) -> OpsOutcome | None:
-            outcome = await self.repo.job_cancel(conn, job_id=job_id)
-            if outcome is not None and (
-                outcome.changed or outcome.job["status"] == JobStatus.CANCELLED
-            ):
-                await self.repo.audit_insert(
-                    conn,
-                    actor=actor,
-                    actor_key_id=actor_key_id,
-                    action="job.cancel",
-                    outcome="changed" if outcome.changed else "unchanged",
-                    queue=outcome.job["queue"],
-                    job_id=job_id,
-                    state_before=outcome.job["status_before"],
-                    state_after=outcome.job["status"],
-                )
-            return outcome
-
-        outcome = await self._run(work, transaction=True)
+        async for attempt in self.unit.ops(transaction=True):
+            async with attempt as conn:
+                outcome = await self.repo.job_cancel(conn, job_id=job_id)
+                if outcome is not None and (
+                    outcome.changed or outcome.job["status"] == JobStatus.CANCELLED
+                ):
+                    await self.repo.audit_insert(
+                        conn,
+                        actor=actor,
+                        actor_key_id=actor_key_id,
+                        action="job.cancel",
+                        outcome="changed" if outcome.changed else "unchanged",
+                        queue=outcome.job["queue"],
+                        job_id=job_id,
+                        state_before=outcome.job["status_before"],
+                        state_after=outcome.job["status"],
+                    )
         if outcome is None:
             raise NotFound(f"job {job_id} not found")
         status = outcome.job["status"]
         if outcome.changed:
-            self._emit([JobEvent("cancelled", job_id, outcome.job["queue"], status=status)])
+            self.events.publish(
+                [JobEvent("cancelled", job_id, outcome.job["queue"], status=status)]
+            )
             if outcome.job["status_before"] == JobStatus.RUNNING and outcome.job.get("flow_keys"):
-                self.announce(outcome.job["queue"], 1)  # its running slots are free again
+                self.events.wake(outcome.job["queue"], 1)  # its running slots are free again
         if outcome.changed or status == JobStatus.CANCELLED:
             return outcome.job
         raise InvalidTransition(
@@ -243,17 +252,16 @@ class Operations(ServiceCore):
         if not valid_id(job_id):
             raise NotFound(f"job {job_id} not found")
 
-        async def work(conn: AsyncConnection) -> OpsOutcome | None:
-            return await self.repo.job_retry(
-                conn, job_id=job_id, actor=actor, actor_key_id=actor_key_id
-            )
-
-        outcome = await self._run(work)
+        async for attempt in self.unit.ops():
+            async with attempt as conn:
+                outcome = await self.repo.job_retry(
+                    conn, job_id=job_id, actor=actor, actor_key_id=actor_key_id
+                )
         if outcome is None:
             raise NotFound(f"job {job_id} not found")
         if outcome.changed:
-            self.announce(outcome.job["queue"], 1)
-            self._emit(
+            self.events.wake(outcome.job["queue"], 1)
+            self.events.publish(
                 [JobEvent("retried", job_id, outcome.job["queue"], status=outcome.job["status"])]
             )
             return outcome.job
@@ -272,19 +280,18 @@ class Operations(ServiceCore):
     ) -> JobRow:
         """Pauses or resumes a queue; resuming wakes the queue's waiters."""
 
-        async def work(conn: AsyncConnection) -> JobRow | None:
-            return await self.repo.queue_set_paused(
-                conn, name=name, paused=paused, actor=actor, actor_key_id=actor_key_id
-            )
-
-        row = await self._run(work)
+        async for attempt in self.unit.ops():
+            async with attempt as conn:
+                row = await self.repo.queue_set_paused(
+                    conn, name=name, paused=paused, actor=actor, actor_key_id=actor_key_id
+                )
         if row is None:
             raise NotFound(
                 f"queue {name} not found: create it with PUT /v1/queues/{name} to pause it "
                 "before its first job"
             )
         if not paused:
-            self.announce(name, RESUME_WAKE_COUNT)
+            self.events.wake(name, RESUME_WAKE_COUNT)
         return row
 
     async def queue_put(
@@ -301,14 +308,13 @@ class Operations(ServiceCore):
         queue's waiters.
         """
 
-        async def work(conn: AsyncConnection) -> JobRow:
-            return await self.repo.queue_put(
-                conn, name=name, paused=paused, actor=actor, actor_key_id=actor_key_id
-            )
-
-        row = await self._run(work)
+        async for attempt in self.unit.ops():
+            async with attempt as conn:
+                row = await self.repo.queue_put(
+                    conn, name=name, paused=paused, actor=actor, actor_key_id=actor_key_id
+                )
         if paused is False:
-            self.announce(name, RESUME_WAKE_COUNT)
+            self.events.wake(name, RESUME_WAKE_COUNT)
         return row, bool(row["created"])
 
     async def queue_delete(
@@ -320,12 +326,11 @@ class Operations(ServiceCore):
         jobs above all), and while they exist the overview lists the queue anyway.
         """
 
-        async def work(conn: AsyncConnection) -> JobRow:
-            return await self.repo.queue_delete(
-                conn, name=name, actor=actor, actor_key_id=actor_key_id
-            )
-
-        row = await self._run(work)
+        async for attempt in self.unit.ops():
+            async with attempt as conn:
+                row = await self.repo.queue_delete(
+                    conn, name=name, actor=actor, actor_key_id=actor_key_id
+                )
         if row["deleted"]:
             return
         unfinished, finished = int(row["unfinished"]), int(row["finished"])
@@ -360,9 +365,8 @@ class Operations(ServiceCore):
             limit=limit + 1,
         )
 
-        async def work(conn: AsyncConnection) -> list[JobRow]:
-            return await self.repo.audit_list(conn, where=where)
-
-        rows = await self._run(work)
+        async for attempt in self.unit.ops():
+            async with attempt as conn:
+                rows = await self.repo.audit_list(conn, where=where)
         next_cursor = encode_cursor(rows[limit - 1]["id"]) if len(rows) > limit else None
         return rows[:limit], next_cursor

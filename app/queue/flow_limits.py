@@ -1,4 +1,4 @@
-"""Concurrency and rate limits as operators manage them; mixed into ``JobService``.
+"""Concurrency and rate limits as operators manage them: list, set, delete, prune idle state.
 
 The limits are enforced by the claim statement itself (``job_claim`` in sql/jobs.sql), so they
 hold across every instance. A limit covers a key pattern (``customer:*``: each matching
@@ -15,11 +15,11 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from app.errors import NotFound
+from app.queue.events import Events
+from app.queue.repository import Repository
 from app.queue.types import JobRow
-from app.queue.unit import ServiceCore, valid_id
+from app.queue.unit import UnitOfWork, valid_id
 from app.queue.waiters import ALL_QUEUES
 
 SCOPES = ("key", "queue")
@@ -33,18 +33,22 @@ def like_pattern(glob: str) -> str:
     return glob.replace("\\", "\\\\").replace("_", "\\_").replace("%", "\\%").replace("*", "%")
 
 
-class FlowLimits(ServiceCore):
+class LimitsService:
     """Lists, sets and deletes limits, auditing each change."""
 
-    async def limits(self) -> list[JobRow]:
+    def __init__(self, *, unit: UnitOfWork, repository: Repository, events: Events) -> None:
+        self.unit = unit
+        self.repo = repository
+        self.events = events
+
+    async def list_all(self) -> list[JobRow]:
         """Every limit, by scope and pattern, with the jobs running under it now."""
+        async for attempt in self.unit.ops():
+            async with attempt as conn:
+                rows = await self.repo.flow_limit_list(conn)
+        return rows
 
-        async def work(conn: AsyncConnection) -> list[JobRow]:
-            return await self.repo.flow_limit_list(conn)
-
-        return await self._run(work)
-
-    async def set_limit(
+    async def put(
         self,
         *,
         scope: str,
@@ -57,56 +61,52 @@ class FlowLimits(ServiceCore):
     ) -> JobRow:
         """Creates or replaces the limit of (scope, pattern); the row carries ``created``."""
 
-        async def work(conn: AsyncConnection) -> JobRow:
-            row = await self.repo.flow_limit_set(
-                conn,
-                scope=scope,
-                pattern=pattern,
-                like_pattern=like_pattern(pattern),
-                max_running=max_running,
-                rate_limit=rate_limit,
-                rate_per_seconds=rate_per_seconds,
-            )
-            await self.repo.audit_insert(
-                conn,
-                actor=actor,
-                actor_key_id=actor_key_id,
-                action="limit.set",
-                outcome="changed",
-                detail=_detail(row),
-            )
-            return row
-
-        row = await self._run(work, transaction=True)
-        # A raised limit may let parked claims, here and on other instances, take jobs at once.
-        self.announce(ALL_QUEUES, 1)
-        return row
-
-    async def delete_limit(self, limit_id: int, *, actor: str, actor_key_id: int | None) -> JobRow:
-        """Deletes one limit (``NotFound`` if unknown); jobs it held back may run at once."""
-        if not valid_id(limit_id):
-            raise NotFound(f"limit {limit_id} not found")
-
-        async def work(conn: AsyncConnection) -> JobRow | None:
-            row = await self.repo.flow_limit_delete(conn, limit_id=limit_id)
-            if row is not None:
+        async for attempt in self.unit.ops(transaction=True):
+            async with attempt as conn:
+                row = await self.repo.flow_limit_set(
+                    conn,
+                    scope=scope,
+                    pattern=pattern,
+                    like_pattern=like_pattern(pattern),
+                    max_running=max_running,
+                    rate_limit=rate_limit,
+                    rate_per_seconds=rate_per_seconds,
+                )
                 await self.repo.audit_insert(
                     conn,
                     actor=actor,
                     actor_key_id=actor_key_id,
-                    action="limit.delete",
+                    action="limit.set",
                     outcome="changed",
                     detail=_detail(row),
                 )
-            return row
-
-        row = await self._run(work, transaction=True)
-        if row is None:
-            raise NotFound(f"limit {limit_id} not found")
-        self.announce(ALL_QUEUES, 1)
+        # A raised limit may let parked claims, here and on other instances, take jobs at once.
+        self.events.wake(ALL_QUEUES, 1)
         return row
 
-    async def prune_flow_state(
+    async def delete(self, limit_id: int, *, actor: str, actor_key_id: int | None) -> JobRow:
+        """Deletes one limit (``NotFound`` if unknown); jobs it held back may run at once."""
+        if not valid_id(limit_id):
+            raise NotFound(f"limit {limit_id} not found")
+
+        async for attempt in self.unit.ops(transaction=True):
+            async with attempt as conn:
+                row = await self.repo.flow_limit_delete(conn, limit_id=limit_id)
+                if row is not None:
+                    await self.repo.audit_insert(
+                        conn,
+                        actor=actor,
+                        actor_key_id=actor_key_id,
+                        action="limit.delete",
+                        outcome="changed",
+                        detail=_detail(row),
+                    )
+        if row is None:
+            raise NotFound(f"limit {limit_id} not found")
+        self.events.wake(ALL_QUEUES, 1)
+        return row
+
+    async def prune_state(
         self,
         *,
         batch_size: int,
@@ -115,12 +115,12 @@ class FlowLimits(ServiceCore):
     ) -> int:
         """Deletes at most ``batch_size`` idle flow_state rows; answers how many."""
 
-        async def work(conn: AsyncConnection) -> int:
-            return await self.repo.flow_state_prune(
-                conn, batch_size=batch_size, idle_seconds=idle_seconds, now=now
-            )
-
-        return await self._run(work)
+        async for attempt in self.unit.ops():
+            async with attempt as conn:
+                pruned = await self.repo.flow_state_prune(
+                    conn, batch_size=batch_size, idle_seconds=idle_seconds, now=now
+                )
+        return pruned
 
 
 def _detail(row: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,83 @@
+"""The services of one running instance, built once by the lifespan and composed, not mixed in.
+
+Each service gets the unit of work, the repository and the events it needs, and none imports
+another (an import-linter contract in pyproject.toml keeps it so). A new feature adds its
+service here with one line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.queue.events import Events, Wake
+from app.queue.flow_limits import LimitsService
+from app.queue.jobs import CoalescingPolicy, JobService
+from app.queue.ops import OpsService
+from app.queue.repository import Repository
+from app.queue.results import ResultHub, ResultService
+from app.queue.schedules import ScheduleService
+from app.queue.types import JobDefaults
+from app.queue.unit import UnitOfWork
+from app.queue.upkeep import UpkeepService
+from app.queue.waiters import WaiterHub
+
+
+@dataclass(frozen=True)
+class Services:
+    """Every service of an instance, and what they share: the unit of work and the events."""
+
+    unit: UnitOfWork
+    events: Events
+    jobs: JobService
+    results: ResultService
+    ops: OpsService
+    limits: LimitsService
+    schedules: ScheduleService
+    upkeep: UpkeepService
+
+
+def build_services(
+    *,
+    engine: AsyncEngine,
+    pool: Any,
+    repository: Repository,
+    defaults: JobDefaults,
+    pool_timeout: float = 10.0,
+    coalescing: CoalescingPolicy | None = None,
+    hub: WaiterHub | None = None,
+    results: ResultHub | None = None,
+    wake: Wake | None = None,
+    bulk_batch_size: int = 1000,
+) -> Services:
+    """Builds the services on one engine and driver pool.
+
+    ``wake`` receives the wake-ups of committed changes (the control channel, which also wakes
+    other instances); without it they go to ``hub``, this instance's parked claims.
+    """
+    unit = UnitOfWork(engine=engine, pool=pool, pool_timeout=pool_timeout)
+    hub = hub or WaiterHub()
+    events = Events(wake or hub.notify)
+    return Services(
+        unit=unit,
+        events=events,
+        jobs=JobService(
+            unit=unit,
+            repository=repository,
+            events=events,
+            hub=hub,
+            defaults=defaults,
+            coalescing=coalescing,
+        ),
+        results=ResultService(unit=unit, repository=repository, hub=results or ResultHub()),
+        ops=OpsService(
+            unit=unit, repository=repository, events=events, bulk_batch_size=bulk_batch_size
+        ),
+        limits=LimitsService(unit=unit, repository=repository, events=events),
+        schedules=ScheduleService(
+            unit=unit, repository=repository, events=events, defaults=defaults
+        ),
+        upkeep=UpkeepService(unit=unit, repository=repository, events=events),
+    )

@@ -1,0 +1,87 @@
+"""The maintenance statements the background loops run: reap, promote, prune, and the backstop's count.
+
+Each is one bounded batch in its own unit of work (app/maintenance/ holds the loops that call
+them, one class per loop). What a batch changed is announced like any other change.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from datetime import datetime
+
+from app.queue.events import Events
+from app.queue.repository import Repository
+from app.queue.types import JobEvent, JobRow
+from app.queue.unit import UnitOfWork
+
+
+class UpkeepService:
+    """Reaps expired leases, promotes due scheduled jobs, prunes old history, counts due jobs."""
+
+    def __init__(self, *, unit: UnitOfWork, repository: Repository, events: Events) -> None:
+        self.unit = unit
+        self.repo = repository
+        self.events = events
+
+    async def reap(self, *, batch_size: int, now: datetime | None = None) -> list[JobRow]:
+        """Returns at most ``batch_size`` expired leases to the queue (or to dead); answers them."""
+        async for attempt in self.unit.ops():
+            async with attempt as conn:
+                reaped = await self.repo.job_reap(conn, batch_size=batch_size, now=now)
+        self.events.publish(
+            [JobEvent("reaped", r["id"], r["queue"], status=r["status"]) for r in reaped]
+        )
+        self.events.wake_queues(r["queue"] for r in reaped if r.get("freed_flow"))
+        return reaped
+
+    async def promote(self, *, batch_size: int, now: datetime | None = None) -> int:
+        """Moves at most ``batch_size`` due scheduled jobs to pending and announces them."""
+        async for attempt in self.unit.ops():
+            async with attempt as conn:
+                promoted: Counter[str] = await self.repo.job_promote(
+                    conn, batch_size=batch_size, now=now
+                )
+        for queue, count in promoted.items():
+            self.events.wake(queue, count)
+        return sum(promoted.values())
+
+    async def prune(
+        self,
+        *,
+        batch_size: int,
+        succeeded_seconds: float,
+        cancelled_seconds: float,
+        dead_seconds: float,
+        now: datetime | None = None,
+    ) -> int:
+        """Deletes at most ``batch_size`` finished jobs past their retention; answers how many."""
+        async for attempt in self.unit.ops():
+            async with attempt as conn:
+                pruned = await self.repo.job_prune(
+                    conn,
+                    batch_size=batch_size,
+                    succeeded_seconds=succeeded_seconds,
+                    cancelled_seconds=cancelled_seconds,
+                    dead_seconds=dead_seconds,
+                    now=now,
+                )
+        return pruned
+
+    async def prune_throughput(
+        self, *, keep_seconds: float, batch_size: int, now: datetime | None = None
+    ) -> int:
+        """Deletes at most ``batch_size`` per-minute outcome rows older than ``keep_seconds``."""
+        async for attempt in self.unit.ops():
+            async with attempt as conn:
+                pruned = await self.repo.queue_throughput_prune(
+                    conn, keep_seconds=keep_seconds, batch_size=batch_size, now=now
+                )
+        return pruned
+
+    async def due_in_queues(self, queues: Sequence[str], *, cap: int) -> dict[str, int]:
+        """Per unpaused queue, how many jobs are due now (up to ``cap``)."""
+        async for attempt in self.unit.ops():
+            async with attempt as conn:
+                due = await self.repo.job_due_in_queues(conn, queues=queues, cap=cap)
+        return due
