@@ -12,8 +12,6 @@ from pydantic import Field
 from app.api import schemas as wire
 from app.api.auth import allow_queue, requires
 from app.api.deps import Service
-from app.api.disconnect import client_gone
-from app.api.lean import LeanRoute
 from app.api.render import job, jobs_response, json_response
 from app.api.schemas import (
     Job,
@@ -23,6 +21,8 @@ from app.api.schemas import (
 )
 from app.auth.keys import Permission, Principal
 from app.errors import PROBLEM, InvalidInput
+from app.http.disconnect import client_gone
+from app.http.lean import LeanRoute
 from app.queue.service import JobService
 from app.queue.states import BulkAction, JobStatus
 from app.queue.types import JobSearch

@@ -23,9 +23,9 @@ from app.api.schedule_schemas import (
     schedule_models,
     schedule_view,
 )
-from app.api.strict_json import StrictJSONRoute
 from app.auth.keys import Permission, Principal
 from app.errors import PROBLEM
+from app.http.strict_json import StrictJSONRoute
 from app.queue.schedules import SCHEDULE_NAME_PATTERN
 from app.settings import Settings
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.api import jobs, workers
-from app.api.lean import LeanRoute, _plan
+from app.http.lean import LeanRoute, _plan
 from app.settings import Settings
 
 HOT = {
@@ -33,7 +33,7 @@ def test_the_hot_routes_get_a_lean_handler_and_the_others_fastapis() -> None:
 
 
 def test_the_fast_path_serves_exactly_the_hot_routes() -> None:
-    from app.api.fastpath import _FastPath
+    from app.http.fastpath import _FastPath
     from app.main import create_app
 
     app = create_app(Settings(database_url="postgresql://unused/unused"))
