@@ -13,8 +13,8 @@ from pathlib import Path
 from fastapi import FastAPI
 from sqlalchemy.exc import DBAPIError
 
-from app.api import jobs, limits_flow, metrics, ops, schedules, workers
-from app.api.schedule_schemas import load_schedules_file
+from app.api import flow_limits, jobs, metrics, ops, schedules, workers
+from app.api.schedules_file import load_schedules_file
 from app.api.state import AppState, Runtime, app_state
 from app.auth import store as key_store
 from app.auth.keyring import KeyRing
@@ -295,7 +295,7 @@ def create_app(settings: Settings) -> FastAPI:
         workers.build_router(settings),
         ops.build_router(settings),
         schedules.build_router(settings),
-        limits_flow.build_router(),
+        flow_limits.build_router(),
         observed.router(),
         # Server-rendered pages and their static files, none of them in the OpenAPI document.
         dashboard.build_router(settings),

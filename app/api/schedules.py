@@ -12,10 +12,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response, status
 
-from app.api import schedule_schemas as wire
+from app.api import schedule_models as wire
 from app.api.auth import allow_queue, requires
 from app.api.deps import Service
-from app.api.schedule_schemas import (
+from app.api.schedule_models import (
     SCHEDULE_NAME_DOC,
     Schedule,
     SchedulePage,
