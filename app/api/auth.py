@@ -1,11 +1,11 @@
 """Authentication and authorisation of every route: who calls (a key, or nobody when keys are off), and may they.
 
 Each route declares what it needs as a dependency, ``Annotated[Principal, Allow(...)]``; the
-lean hot routes (app/http/lean.py) call the same check directly. The check costs no database
-round trip: keys come from the instance's key ring (app/auth/keyring.py). Without a valid key
-the answer is 401 with ``WWW-Authenticate: Bearer``; a key whose role lacks the permission, or
-whose queue scopes do not cover the queue named, gets 403. Secrets never reach a log line or a
-problem detail: problems name the key by its name only.
+strict JSON and lean hot routes (app/http/) call the same check, ``Allow.admit``, before reading
+the body. The check costs no database round trip: keys come from the instance's key ring
+(app/auth/keyring.py). Without a valid key the answer is 401 with ``WWW-Authenticate: Bearer``;
+a key whose role lacks the permission, or whose queue scopes do not cover the queue named, gets
+403. Secrets never reach a log line or a problem detail: problems name the key by its name only.
 """
 
 from __future__ import annotations

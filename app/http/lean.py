@@ -7,8 +7,10 @@ request model, the status codes) but answers requests with a handler built once 
 the caller is settled first by the route's :class:`~app.http.strict_json.Gate` (before the body
 is read); the body is parsed by :func:`parse_strict_json` and validated by the request model's
 own pydantic-core validator; declared headers are read and validated the same way; a dependency
-that needs only the request (the service, say) is called with it. Errors are the same ``RequestValidationError`` FastAPI raises, with
-the same locations, so clients see no difference.
+that needs only the request (the service, say) is called with it. Errors are the same
+``RequestValidationError`` FastAPI raises, with the same locations, so clients see no difference.
+Nothing here knows the routes' service or keys: the routes hand both in through their
+dependencies, so this package sits below app/api.
 
 Endpoints whose parameters are anything else (path or query parameters, other dependencies)
 are served by FastAPI's own handler.
