@@ -105,7 +105,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _schedules_file_problem(settings: Settings) -> str | None:
     """What is wrong with the JOBQ_SCHEDULES file, in one line (``None``: it is usable)."""
-    from app.api.schedule_schemas import ScheduleFileError, load_schedules_file
+    from app.api.schedules_file import ScheduleFileError, load_schedules_file
 
     if settings.schedules is None:
         return None

@@ -13,10 +13,8 @@ from pathlib import Path
 from fastapi import FastAPI
 from sqlalchemy.exc import DBAPIError
 
-from app.api import jobs, limits_flow, metrics, ops, schedules, workers
-from app.api.fastpath import JobqAPI
-from app.api.limits import BodyLimit
-from app.api.schedule_schemas import load_schedules_file
+from app.api import flow_limits, jobs, metrics, ops, schedules, workers
+from app.api.schedules_file import load_schedules_file
 from app.api.state import AppState, Runtime, app_state
 from app.auth import store as key_store
 from app.auth.keyring import KeyRing
@@ -26,6 +24,8 @@ from app.dashboard import router as dashboard
 from app.db import create_control_engine, create_driver_pool, create_engine
 from app.domain.cron import ScheduleSpec
 from app.errors import brief, install_error_handlers
+from app.http.body_limit import BodyLimit
+from app.http.fastpath import JobqAPI
 from app.logs import RequestIds, log_job_events
 from app.maintenance.gauges import QueueGauges
 from app.maintenance.promoter import Promoter, PromoterConfig
@@ -284,6 +284,7 @@ def create_app(settings: Settings) -> FastAPI:
     )
     # Not FastAPI's own max_body_size: its limiter answers outside our handlers, in plain text.
     app.body_limit_bytes = settings.max_body_bytes
+    app.max_json_depth = settings.max_json_depth
     app.cors_origins = [o.strip() for o in settings.cors_origins.split(",") if o.strip()]
     state = AppState(settings=settings)
     app.state.jobq = state
@@ -300,7 +301,7 @@ def create_app(settings: Settings) -> FastAPI:
         workers.build_router(settings),
         ops.build_router(settings),
         schedules.build_router(settings),
-        limits_flow.build_router(),
+        flow_limits.build_router(),
         observed.router(),
         # Server-rendered pages and their static files, none of them in the OpenAPI document.
         dashboard.build_router(settings),

@@ -21,8 +21,7 @@ from typing import Any
 
 import asyncpg
 
-from bench.load import Errors, Meter
-from bench.workloads import JOB_TYPE, LEASE_SECONDS, Counter
+from bench.common import JOB_TYPE, LEASE_SECONDS, Counter, Errors, Meter
 
 APPLICATION_NAME = "bench-raw"
 MAX_ATTEMPTS = 10

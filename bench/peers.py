@@ -34,8 +34,7 @@ from pgqueuer.types import QueueExecutionMode
 
 from bench import baseline
 from bench.baseline import close_all
-from bench.load import Errors, Meter
-from bench.workloads import JOB_TYPE, Counter
+from bench.common import JOB_TYPE, Counter, Errors, Meter
 
 VERSION = importlib.metadata.version("pgqueuer")
 APPLICATION_NAME = "bench-pgqueuer"

@@ -4,7 +4,7 @@ Each simulated client owns one keep-alive connection (``bench/http.py``); with s
 instances (``python -m bench --instances 2``) client ``i`` talks to instance ``i % K``. Every
 workload opens its connections before its timed section, records what it sent and got (job ids,
 HTTP errors) for ``python -m bench`` to verify against the database, and marks the timed section
-with the :class:`~bench.load.Meter` it is given. With ``api_key`` in its arguments every request
+with the :class:`~bench.common.Meter` it is given. With ``api_key`` in its arguments every request
 of every workload sends ``Authorization: Bearer <api_key>``.
 
 - :func:`enqueue`: N jobs by ``POST /v1/jobs`` (batch 1) or ``POST /v1/jobs/batch``, C clients;
@@ -22,11 +22,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from bench.common import JOB_TYPE, LEASE_SECONDS, Counter, Errors, Meter
 from bench.http import Connection, HttpError, Response
-from bench.load import Errors, Meter
-
-JOB_TYPE = "bench"
-LEASE_SECONDS = 30
 
 
 def connections(args: dict[str, Any], n: int) -> list[Connection]:
@@ -69,20 +66,6 @@ async def post(
     except HttpError as exc:
         errors.add(f"POST {path}: {exc}")
         return None
-
-
-class Counter:
-    """Hands out consecutive numbers below a limit to concurrent clients."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.next = 0
-
-    def take(self, n: int) -> range:
-        """Up to ``n`` numbers (empty once the limit is reached)."""
-        start = self.next
-        self.next = min(self.limit, start + n)
-        return range(start, self.next)
 
 
 async def enqueue(args: dict[str, Any], meter: Meter, errors: Errors) -> dict[str, Any]:

@@ -1,11 +1,11 @@
 """Authentication and authorisation of every route: who calls (a key, or nobody when keys are off), and may they.
 
 Each route declares what it needs as a dependency, ``Annotated[Principal, Allow(...)]``; the
-lean hot routes (app/api/lean.py) call the same check directly. The check costs no database
-round trip: keys come from the instance's key ring (app/auth/keyring.py). Without a valid key
-the answer is 401 with ``WWW-Authenticate: Bearer``; a key whose role lacks the permission, or
-whose queue scopes do not cover the queue named, gets 403. Secrets never reach a log line or a
-problem detail: problems name the key by its name only.
+strict JSON and lean hot routes (app/http/) call the same check, ``Allow.admit``, before reading
+the body. The check costs no database round trip: keys come from the instance's key ring
+(app/auth/keyring.py). Without a valid key the answer is 401 with ``WWW-Authenticate: Bearer``;
+a key whose role lacks the permission, or whose queue scopes do not cover the queue named, gets
+403. Secrets never reach a log line or a problem detail: problems name the key by its name only.
 """
 
 from __future__ import annotations
@@ -128,6 +128,10 @@ class Allow:
     def __init__(self, permission: Permission) -> None:
         self.permission = permission
 
+    async def admit(self, request: Request) -> Principal:
+        """The caller, if it may do what the route does (a :class:`~app.http.strict_json.Gate`)."""
+        return await authorize(request, self.permission)
+
     async def __call__(
         self,
         request: Request,
@@ -135,14 +139,6 @@ class Allow:
         _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)],
     ) -> Principal:
         return await authorize(request, self.permission)
-
-
-def route_permission(dependencies: Iterable[Any]) -> Permission | None:
-    """The permission a route's dependencies (FastAPI ``Dependant`` list) ask for, if any."""
-    for dependency in dependencies:
-        if isinstance(dependency.call, Allow):
-            return dependency.call.permission
-    return None
 
 
 def requires(permission: Permission) -> Any:

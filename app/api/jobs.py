@@ -13,8 +13,6 @@ from pydantic import Field
 from app.api import schemas as wire
 from app.api.auth import allow_queue, requires
 from app.api.deps import Services
-from app.api.disconnect import client_gone
-from app.api.lean import LeanRoute
 from app.api.render import job, jobs_response, json_response
 from app.api.schemas import (
     Job,
@@ -24,6 +22,8 @@ from app.api.schemas import (
 )
 from app.auth.keys import Permission, Principal
 from app.errors import PROBLEM, IdempotencyKeyReused, InvalidInput
+from app.http.disconnect import client_gone
+from app.http.lean import LeanRoute
 from app.queue.services import Services as ServiceSet
 from app.queue.states import BulkAction, JobStatus
 from app.queue.types import JobSearch

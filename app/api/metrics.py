@@ -4,7 +4,7 @@ Each app has its own figures (several apps may share a process, as in the tests)
 
 - job events per queue, and queue wait and run time histograms, counted by an observer of the
   service (:class:`JobMetrics`): a dictionary increment per event, no locks, no I/O;
-- request durations per route template, timed by the outer wrapper (app/api/timing.py);
+- request durations per route template, timed by the outer wrapper (app/http/timing.py);
 - queue depth per state and the oldest pending job's age, as the metrics loop last read them
   (app/maintenance/gauges.py): a scrape costs the database nothing;
 - long-poll waiters, leadership, each loop's health and the hot statements, read from the
@@ -36,8 +36,8 @@ from starlette.types import ASGIApp
 
 from app.api.auth import requires
 from app.api.state import AppState
-from app.api.timing import Histogram, RequestDurations, RequestTimer
 from app.auth.keys import Permission, Principal
+from app.http.timing import Histogram, RequestDurations, RequestTimer
 from app.maintenance.gauges import QueueGauges
 from app.queue.types import JobEvent
 

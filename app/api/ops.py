@@ -26,9 +26,9 @@ from app.api.schemas import (
     queue_name_doc,
     queue_name_rule,
 )
-from app.api.strict_json import StrictJSONRoute
 from app.auth.keys import Permission, Principal
 from app.errors import PROBLEM, DatabaseUnavailable, NotReady
+from app.http.strict_json import StrictJSONRoute
 from app.settings import Settings
 
 Observer = Annotated[Principal, requires(Permission.OBSERVE)]

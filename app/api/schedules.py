@@ -12,10 +12,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response, status
 
-from app.api import schedule_schemas as wire
+from app.api import schedule_models as wire
 from app.api.auth import allow_queue, requires
 from app.api.deps import Services
-from app.api.schedule_schemas import (
+from app.api.schedule_models import (
     SCHEDULE_NAME_DOC,
     Schedule,
     SchedulePage,
@@ -23,10 +23,10 @@ from app.api.schedule_schemas import (
     schedule_models,
     schedule_view,
 )
-from app.api.strict_json import StrictJSONRoute
 from app.auth.keys import Permission, Principal
 from app.domain.cron import SCHEDULE_NAME_PATTERN
 from app.errors import PROBLEM
+from app.http.strict_json import StrictJSONRoute
 from app.settings import Settings
 
 Observer = Annotated[Principal, requires(Permission.OBSERVE)]

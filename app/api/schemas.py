@@ -36,8 +36,8 @@ from pydantic import (
     model_validator,
 )
 
-from app.api.strict_json import parse_strict_json
 from app.errors import InvalidInput
+from app.http.strict_json import parse_strict_json
 from app.queue.bounds import (
     DELAY_SECONDS_MAX,
     LEASE_SECONDS_MAX,

@@ -13,12 +13,12 @@ from pydantic import AfterValidator, Field, JsonValue
 from app.api import schemas as wire
 from app.api.auth import allow_queues, requires
 from app.api.deps import Services
-from app.api.disconnect import client_gone
-from app.api.lean import LeanRoute
 from app.api.render import claimed, json_response, lease_results_response
 from app.api.schemas import ClaimResponse, LeaseResults, json_size_at_most
 from app.auth.keys import Permission, Principal
 from app.errors import PROBLEM
+from app.http.disconnect import client_gone
+from app.http.lean import LeanRoute
 from app.queue.types import NOT_GIVEN, LeaseUpdate
 from app.settings import Settings
 

@@ -12,9 +12,9 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.api.state import app_state
-from app.api.timing import Histogram, status_class
 from app.auth import store
 from app.auth.keys import Role
+from app.http.timing import Histogram, status_class
 from app.maintenance.gauges import QueueGauges
 from tests.api.helpers import claim, enqueue, lease, lease_call
 

@@ -19,7 +19,7 @@ from fastapi.exceptions import RequestValidationError
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.api.strict_json import parse_strict_json
+from app.http.strict_json import parse_strict_json
 from tests.api.helpers import claim, enqueue, get_job
 
 JSON = {"content-type": "application/json"}

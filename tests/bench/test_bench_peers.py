@@ -13,8 +13,9 @@ from collections.abc import Iterator
 import pytest
 
 from bench import report
+from bench.common import Errors, Meter
 from bench.harness import raw_dsn
-from bench.load import Errors, Meter, workloads
+from bench.load import workloads
 from tests.conftest import create_database, drop_database
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from fastapi import Request
+
 from app.api import jobs, workers
-from app.api.lean import LeanRoute, _plan
+from app.http.lean import LeanRoute, _of_request_alone, _plan
 from app.settings import Settings
 
 HOT = {
@@ -33,7 +35,7 @@ def test_the_hot_routes_get_a_lean_handler_and_the_others_fastapis() -> None:
 
 
 def test_the_fast_path_serves_exactly_the_hot_routes() -> None:
-    from app.api.fastpath import _FastPath
+    from app.http.fastpath import _FastPath
     from app.main import create_app
 
     app = create_app(Settings(database_url="postgresql://unused/unused"))
@@ -42,3 +44,21 @@ def test_the_fast_path_serves_exactly_the_hot_routes() -> None:
         stack = stack.app
     assert isinstance(stack, _FastPath)
     assert set(stack.routes) == HOT
+
+
+async def _of_request(request: Request) -> int:
+    return 1
+
+
+async def _of_more(request: Request, extra: int) -> int:
+    return extra
+
+
+def _not_async(request: Request) -> int:
+    return 1
+
+
+def test_only_an_async_dependency_of_the_request_alone_is_called_by_the_lean_handler() -> None:
+    assert _of_request_alone(_of_request)
+    assert not _of_request_alone(_of_more)
+    assert not _of_request_alone(_not_async)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from app.api.schedule_schemas import ScheduleFileError, load_schedules_file
+from app.api.schedules_file import ScheduleFileError, load_schedules_file
 from app.settings import Settings
 
 

@@ -17,9 +17,9 @@ from pydantic import BaseModel, Field, model_validator
 from app.api.auth import requires
 from app.api.deps import Services
 from app.api.schemas import StrictModel
-from app.api.strict_json import StrictJSONRoute
 from app.auth.keys import Permission, Principal
 from app.errors import PROBLEM, Forbidden
+from app.http.strict_json import StrictJSONRoute
 from app.queue.bounds import MAX_BIGINT
 
 Observer = Annotated[Principal, requires(Permission.OBSERVE)]

@@ -5,7 +5,7 @@ the app's entry and the route's handler: the error and exception middlewares, th
 middleware, the router's matching and the request wrapper. :class:`JobqAPI` keeps FastAPI for
 everything (the OpenAPI document, every other route, the exception handlers) but puts a fast
 path first in its middleware stack: a request for one of the hot routes (the ones a
-:class:`~app.api.lean.LeanRoute` serves with its lean handler) goes straight to that same
+:class:`~app.http.lean.LeanRoute` serves with its lean handler) goes straight to that same
 handler, through the same body limit, and any exception it raises is answered by the app's own
 handler for it. A request for anything else takes the ordinary way.
 """
@@ -19,10 +19,11 @@ from fastapi import FastAPI, Request, Response
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.api.contract import document_problems
-from app.api.lean import LeanRoute, lean_handler
-from app.api.limits import BodyLimit
-from app.api.strict_json import is_json
+from app.http.body_limit import BodyLimit
+from app.http.contract import document_problems
+from app.http.lean import LeanRoute, lean_handler
+from app.http.strict_json import is_json
+from app.settings import setting_default
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 
@@ -81,6 +82,8 @@ class JobqAPI(FastAPI):
     """FastAPI with the fast path for the hot routes first in its middleware stack."""
 
     body_limit_bytes: int = 1024 * 1024
+    # Deepest JSON nesting a body may have; read by the strict JSON routes (app/http/strict_json.py).
+    max_json_depth: int = setting_default("max_json_depth")
     # Origins CORS allows; empty: no CORS headers at all (browsers keep other origins out).
     cors_origins: Sequence[str] = ()
     # Wrappers around everything, fast path included (request ids, timings): the first listed

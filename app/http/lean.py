@@ -4,11 +4,13 @@ Measured under 16 concurrent enqueues, FastAPI's dependency solving alone took 1
 server's CPU, a declared header 5 %, while the endpoint itself took 9 %. A :class:`LeanRoute`
 keeps everything FastAPI derives from the endpoint's signature (the OpenAPI document, the
 request model, the status codes) but answers requests with a handler built once per route:
-the caller's key is checked first (:func:`app.api.auth.authorize`, before the body is read);
-the body is parsed by :func:`parse_strict_json` and validated by the request model's own
-pydantic-core validator; declared headers are read and validated the same way; the service
-comes from the app's state. Errors are the same ``RequestValidationError`` FastAPI raises, with
-the same locations, so clients see no difference.
+the caller is settled first by the route's :class:`~app.http.strict_json.Gate` (before the body
+is read); the body is parsed by :func:`parse_strict_json` and validated by the request model's
+own pydantic-core validator; declared headers are read and validated the same way; a dependency
+that needs only the request (the service, say) is called with it. Errors are the same
+``RequestValidationError`` FastAPI raises, with the same locations, so clients see no difference.
+Nothing here knows the routes' service or keys: the routes hand both in through their
+dependencies, so this package sits below app/api.
 
 Endpoints whose parameters are anything else (path or query parameters, other dependencies)
 are served by FastAPI's own handler.
@@ -27,11 +29,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.params import Depends, Header
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from app.api.auth import Allow, authorize
-from app.api.deps import get_services
-from app.api.state import app_state
-from app.api.strict_json import StrictJSONRoute, is_json, parse_strict_json
-from app.auth.keys import Permission
+from app.http.strict_json import Gate, StrictJSONRoute, is_json, json_depth, parse_strict_json
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 
@@ -39,11 +37,20 @@ Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 @dataclass(frozen=True)
 class _Parameter:
     name: str
-    kind: str  # "body", "service", "request", "header" or "caller"
+    kind: str  # "body", "dependency", "request", "header" or "caller"
     adapter: TypeAdapter[Any] | None = None
     header: str | None = None
     default: Any = None
-    permission: Permission | None = None
+    call: Any = None  # the gate of a "caller", the function of a "dependency"
+
+
+def _of_request_alone(dependency: Any) -> bool:
+    """Whether a dependency is an async function of the request and nothing else."""
+    if not inspect.iscoroutinefunction(dependency):
+        return False
+    parameters = list(inspect.signature(dependency).parameters)
+    hints = typing.get_type_hints(dependency)
+    return len(parameters) == 1 and hints.get(parameters[0]) is Request
 
 
 def _plan(endpoint: Callable[..., Awaitable[Any]]) -> list[_Parameter] | None:
@@ -60,12 +67,13 @@ def _plan(endpoint: Callable[..., Awaitable[Any]]) -> list[_Parameter] | None:
             extras = tuple(rest)
         if base is Request:
             plan.append(_Parameter(name, "request"))
-        elif any(isinstance(e, Depends) and e.dependency is get_services for e in extras):
-            plan.append(_Parameter(name, "service"))
-        elif allows := [e.dependency for e in extras if isinstance(e, Depends)]:
-            if not isinstance(allows[0], Allow):
+        elif dependencies := [e.dependency for e in extras if isinstance(e, Depends)]:
+            if isinstance(dependencies[0], Gate):
+                plan.append(_Parameter(name, "caller", call=dependencies[0]))
+            elif _of_request_alone(dependencies[0]):
+                plan.append(_Parameter(name, "dependency", call=dependencies[0]))
+            else:
                 return None
-            plan.append(_Parameter(name, "caller", permission=allows[0].permission))
         elif headers := [e for e in extras if isinstance(e, Header)]:
             alias: str = headers[0].alias or name.replace("_", "-")
             default = None if parameter.default is inspect.Parameter.empty else parameter.default
@@ -99,7 +107,7 @@ def lean_handler(route: StrictJSONRoute) -> Handler | None:
     async def handler(request: Request) -> Response:
         arguments: dict[str, Any] = {}
         for caller in callers:
-            arguments[caller.name] = await authorize(request, caller.permission)  # type: ignore[arg-type]
+            arguments[caller.name] = await caller.call.admit(request)
         if not is_json(request.headers.get("content-type")):
             return await fallback(request)  # FastAPI says what is wrong with the body
         raw = await request.body()
@@ -107,16 +115,15 @@ def lean_handler(route: StrictJSONRoute) -> Handler | None:
             raise RequestValidationError(
                 [{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}]
             )
-        state = app_state(request.app)
         for parameter in plan:
             if parameter.kind == "body":
-                data = parse_strict_json(raw, max_depth=state.settings.max_json_depth)
+                data = parse_strict_json(raw, max_depth=json_depth(request.app))
                 try:
                     arguments[parameter.name] = parameter.adapter.validate_python(data)  # type: ignore[union-attr]
                 except ValidationError as error:
                     raise _errors(error, "body") from None
-            elif parameter.kind == "service":
-                arguments[parameter.name] = state.running().services
+            elif parameter.kind == "dependency":
+                arguments[parameter.name] = await parameter.call(request)
             elif parameter.kind == "request":
                 arguments[parameter.name] = request
             elif parameter.kind == "caller":
@@ -134,7 +141,7 @@ def lean_handler(route: StrictJSONRoute) -> Handler | None:
 
 
 class LeanRoute(StrictJSONRoute):
-    """A route whose endpoint takes one request model, headers, the service and the request."""
+    """A route whose endpoint takes one request model, headers, request-only dependencies and the request."""
 
     def get_route_handler(self) -> Handler:
         return lean_handler(self) or super().get_route_handler()

@@ -23,16 +23,14 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Any, Protocol, runtime_checkable
 
 import orjson
 from fastapi import Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 
-from app.api.auth import authorize, route_permission
-from app.api.state import app_state
 from app.errors import UnsupportedMediaType
 from app.settings import setting_default
 
@@ -225,12 +223,34 @@ def is_json(content_type: str | None) -> bool:
     )
 
 
+def json_depth(app: Any) -> int:
+    """The deepest JSON nesting the app accepts (``create_app`` sets it from the settings)."""
+    depth: int = getattr(app, "max_json_depth", _MAX_DEPTH_DEFAULT)
+    return depth
+
+
+@runtime_checkable
+class Gate(Protocol):
+    """A route dependency that settles who calls from the request alone, before the body is read."""
+
+    async def admit(self, request: Request) -> Any:
+        """The caller, or an exception when it may not call this route."""
+
+
+def route_gate(dependencies: Iterable[Any]) -> Gate | None:
+    """The gate among a route's dependencies (FastAPI ``Dependant`` list), if any."""
+    for dependency in dependencies:
+        if isinstance(dependency.call, Gate):
+            return dependency.call
+    return None
+
+
 class StrictJSONRequest(Request):
     """A request whose ``json()`` is :func:`parse_strict_json`."""
 
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
-            max_depth = app_state(self.app).settings.max_json_depth
+            max_depth = json_depth(self.app)
             self._json = parse_strict_json(await self.body(), max_depth=max_depth)
         return self._json
 
@@ -253,13 +273,13 @@ class StrictJSONRoute(APIRoute):
         handler = super().get_route_handler()
         takes_body = self.body_field is not None
         # The route's own dependency checks the key again; it is a dictionary lookup.
-        permission = route_permission(self.dependant.dependencies)
+        gate = route_gate(self.dependant.dependencies)
 
         async def strict_handler(request: Request) -> Response:
-            if permission is not None:
+            if gate is not None:
                 # Who calls is settled before the body is looked at: a caller without a valid
                 # key learns nothing about what a valid request looks like.
-                await authorize(request, permission)
+                await gate.admit(request)
             strict = StrictJSONRequest(request.scope, request.receive)
             body = await strict.body()
             content_type = strict.headers.get("content-type")

@@ -4,21 +4,17 @@ The request models check types and limits (strictly, as every request model here
 schedule means (a cron expression that parses and ever matches, a known time zone, cron or an
 interval but not both) is checked by the queue core's ``Timing`` (app/domain/cron.py), and
 :func:`schedule_spec` reports it under the field's name. The same models read the schedules file
-(:func:`load_schedules_file`), so the file has exactly the API's shape, plus each entry's name.
+(app/api/schedules_file.py), so the file has exactly the API's shape, plus each entry's name.
 """
 
 from __future__ import annotations
 
-import json
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, Field, JsonValue, StringConstraints, ValidationError
+from pydantic import BaseModel, Field, JsonValue, StringConstraints
 
 from app.api.schemas import (
     CONCURRENCY_KEY_MAX_CHARS,
@@ -28,7 +24,6 @@ from app.api.schemas import (
     queue_name_doc,
     queue_name_rule,
 )
-from app.api.strict_json import parse_strict_json
 from app.domain.cron import (
     CRON_MAX_CHARS,
     DEFAULT_TIMEZONE,
@@ -41,7 +36,7 @@ from app.domain.cron import (
     ScheduleSpec,
     Timing,
 )
-from app.errors import InvalidInput, field_name
+from app.errors import InvalidInput
 from app.queue.bounds import MAX_ATTEMPTS_MAX, MAX_INT4, MIN_INT4, TIMEOUT_SECONDS_MAX
 from app.settings import Settings, setting_default
 
@@ -274,70 +269,3 @@ def request_spec(request: ScheduleRequest) -> ScheduleSpec:
             f"invalid schedule: {exc.field}: {exc.message}",
             errors=[{"field": f"body.{exc.field}", "message": exc.message}],
         ) from None
-
-
-class ScheduleFileError(ValueError):
-    """The JOBQ_SCHEDULES file cannot be used; the message is one line naming the file and field."""
-
-
-def _problems(errors: Sequence[Mapping[str, Any]], *, strip_body: bool = False) -> str:
-    parts = []
-    for error in errors:
-        loc = tuple(error.get("loc") or ())
-        if strip_body and loc[:1] == ("body",):
-            loc = loc[1:]
-        where = field_name(loc) or "file"
-        parts.append(f"{where}: {error.get('msg', 'invalid')}")
-    return "; ".join(parts)
-
-
-def load_schedules_file(path: Path, settings: Settings) -> list[tuple[str, ScheduleSpec]]:
-    """The schedules of a TOML (``.toml``) or JSON (``.json``) file, checked like API requests.
-
-    ``ScheduleFileError`` says in one line what is wrong and where: the file (unreadable, not
-    TOML / JSON, the wrong shape) or the field (``schedules[2].cron: ...``), including names
-    given twice.
-    """
-    shown = str(path)
-    suffix = path.suffix.lower()
-    if suffix not in (".toml", ".json"):
-        raise ScheduleFileError(f"{shown}: must be a .toml or .json file")
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ScheduleFileError(f"{shown}: cannot be read ({exc.strerror or exc})") from None
-    content: Any
-    if suffix == ".toml":
-        try:
-            content = tomllib.loads(raw.decode("utf-8"))
-        except UnicodeDecodeError:
-            raise ScheduleFileError(f"{shown}: is not UTF-8") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ScheduleFileError(f"{shown}: not valid TOML: {exc}") from None
-    else:
-        try:
-            content = parse_strict_json(raw, max_depth=settings.max_json_depth)
-        except RequestValidationError as exc:
-            raise ScheduleFileError(
-                f"{shown}: {_problems(exc.errors(), strip_body=True)}"
-            ) from None
-        except json.JSONDecodeError as exc:
-            raise ScheduleFileError(f"{shown}: not valid JSON: {exc}") from None
-    try:
-        parsed = schedule_models(settings).file.model_validate(content)
-    except ValidationError as exc:
-        raise ScheduleFileError(f"{shown}: {_problems(exc.errors())}") from None
-    entries: list[tuple[str, ScheduleSpec]] = []
-    seen: set[str] = set()
-    for index, entry in enumerate(parsed.schedules):
-        name = entry.name
-        if name in seen:
-            raise ScheduleFileError(f"{shown}: schedules[{index}].name: {name!r} is given twice")
-        seen.add(name)
-        try:
-            entries.append((name, schedule_spec(entry)))
-        except ScheduleError as exc:
-            raise ScheduleFileError(
-                f"{shown}: schedules[{index}].{exc.field}: {exc.message}"
-            ) from None
-    return entries
