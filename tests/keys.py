@@ -40,11 +40,13 @@ class Keys:
     scoped_admin: str
 
     def by_role(self, role: str) -> str:
+        """The secret of the key named by ``role`` (a field name)."""
         secret: str = getattr(self, role)
         return secret
 
 
 def bearer(secret: str) -> dict[str, str]:
+    """The ``Authorization`` header that sends this secret."""
     return {"Authorization": f"Bearer {secret}"}
 
 
