@@ -14,11 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.auth import store
 from app.auth.keys import Role
 from tests.api.helpers import claim, enqueue, lease, lease_call
-from tests.auth.conftest import Keys, as_key, make_key
-from tests.auth.conftest import keys as keys_fixture
+from tests.keys import Keys, as_key, make_key
 from tests.processes import clean_environment
-
-keys = keys_fixture
 
 COLUMNS = (
     "actor, actor_key_id, action, outcome, queue, job_id, key_name, state_before, state_after, "

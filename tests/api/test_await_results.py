@@ -20,7 +20,7 @@ from app.db import driver_dsn
 from app.queue.services import Services
 from app.wakeup.result_backstop import ResultBackstop
 from tests.api.helpers import claim, enqueue, lease, lease_call, running_app
-from tests.auth.conftest import bearer, make_key
+from tests.keys import bearer, make_key
 from tests.polling import poll_until
 
 # How long a woken read may take to answer (a notification, one read, the response).

@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.api.state import app_state
 from app.auth.keys import Role
 from tests.api.helpers import claim, enqueue, lease, lease_call, running_app
-from tests.auth.conftest import bearer, make_key
+from tests.keys import bearer, make_key
 from tests.polling import poll_until
 
 

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.api.state import app_state
 from app.auth.keys import Role
 from tests.api.helpers import claim, enqueue, lease, lease_call
-from tests.auth.conftest import make_key
+from tests.keys import make_key
 from tests.logcapture import json_log_lines
 from tests.processes import JobqServers
 

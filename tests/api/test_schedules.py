@@ -16,10 +16,7 @@ from app.api.state import app_state
 from app.domain.cron import JobTemplate, ScheduleSpec, Timing
 from app.maintenance.gauges import QueueGauges
 from tests.api.test_metrics import scrape, value
-from tests.auth.conftest import Keys, as_key
-from tests.auth.conftest import keys as keys_fixture
-
-keys = keys_fixture
+from tests.keys import Keys, as_key
 
 
 @pytest.fixture(autouse=True)

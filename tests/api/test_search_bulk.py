@@ -241,7 +241,7 @@ async def test_bulk_cancel_racing_claims_counts_each_job_once(
 async def test_scoped_admin_bulk_acts_only_in_its_queues(
     client: httpx.AsyncClient, clean_db: AsyncEngine
 ) -> None:
-    # Covered with keys in tests/auth; here: naming a queue keeps the action inside it.
+    # Covered with keys in tests/api/test_auth_*.py; here: naming a queue keeps the action in it.
     await _insert(clean_db, 10, queue="a", status="pending")
     await _insert(clean_db, 10, queue="b", status="pending")
     r = await client.post("/v1/jobs/bulk/cancel", json={"queue": "a"})

@@ -1,7 +1,7 @@
 """The Worker against a scripted service on httpx.MockTransport: batching, verdicts, lease loss, stop.
 
 The fake answers the wire protocol only as far as these tests need; what the service itself does
-with leases is tested against PostgreSQL in tests/client/.
+with leases is tested against PostgreSQL in tests/api/test_client_*.py.
 """
 
 from __future__ import annotations
