@@ -24,6 +24,7 @@ from app.auth.limiter import FailureLimiter
 from app.dashboard import docs as api_docs
 from app.dashboard import router as dashboard
 from app.db import create_control_engine, create_driver_pool, create_engine
+from app.domain.types import BackoffPolicy
 from app.errors import brief, install_error_handlers
 from app.logs import RequestIds, log_job_events
 from app.maintenance.gauges import QueueGauges
@@ -37,7 +38,6 @@ from app.queue.results import CHANNEL as FINISHED_CHANNEL
 from app.queue.results import ResultHub
 from app.queue.schedules import ScheduleSpec
 from app.queue.service import CoalescingPolicy, JobService
-from app.queue.types import BackoffPolicy
 from app.queue.waiters import WaiterHub
 from app.settings import Settings
 from app.wakeup.backstop import Backstop

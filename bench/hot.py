@@ -43,10 +43,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 from sqlalchemy.pool import NullPool
 
 from app.db import async_url, create_driver_pool
+from app.domain.types import BackoffPolicy, ClaimSlot
 from app.migrations import upgrade
 from app.queue.queries import statement
 from app.queue.repository import Repository
-from app.queue.types import BackoffPolicy, ClaimSlot
 from bench.harness import _admin
 from bench.plans import buffers, nodes, rows_touched
 

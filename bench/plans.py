@@ -252,18 +252,18 @@ def _list_filter(**fields: Any) -> Any:
     # Where ListFilter lives moved with the refactor of revision 0006; take it from either place.
     # Since revision 0010 its filters are a JobSearch.
     try:
-        from app.queue.types import ListFilter
+        from app.domain.types import ListFilter
     except ImportError:  # the code before revision 0006
         from app.queue.repository import ListFilter  # type: ignore[attr-defined,no-redef]
     try:
-        from app.queue.types import JobSearch
+        from app.domain.types import JobSearch
     except ImportError:
         return ListFilter(limit=51, **fields)
     return ListFilter(limit=51, search=JobSearch(**fields))
 
 
 def _dead() -> Any:
-    from app.queue import states
+    from app.domain import states
 
     return getattr(states, "VisibleStatus", states.JobStatus).DEAD
 
@@ -283,7 +283,7 @@ async def _claim(repo: Any, conn: Any, queues: list[str], max_jobs: int) -> Any:
     # The claim's signature changed when claims began to share statements (slots), and again
     # when slots became ClaimSlot values (with the API key of the worker).
     try:
-        from app.queue.types import ClaimSlot
+        from app.domain.types import ClaimSlot
 
         slots: list[Any] = [ClaimSlot("bench", None, 30)] * max_jobs
     except ImportError:

@@ -22,10 +22,10 @@ from app.api.schemas import (
     new_job,
 )
 from app.auth.keys import Permission, Principal
+from app.domain.states import BulkAction, JobStatus
+from app.domain.types import JobSearch
 from app.errors import PROBLEM, InvalidInput
 from app.queue.service import JobService
-from app.queue.states import BulkAction, JobStatus
-from app.queue.types import JobSearch
 from app.settings import Settings
 
 

@@ -19,8 +19,8 @@ from app.api.deps import Service
 from app.api.schemas import StrictModel
 from app.api.strict_json import StrictJSONRoute
 from app.auth.keys import Permission, Principal
+from app.domain.bounds import MAX_BIGINT
 from app.errors import PROBLEM, Forbidden
-from app.queue.bounds import MAX_BIGINT
 
 Observer = Annotated[Principal, requires(Permission.OBSERVE)]
 Operator = Annotated[Principal, requires(Permission.OPERATE)]

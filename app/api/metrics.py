@@ -38,8 +38,8 @@ from app.api.auth import requires
 from app.api.state import AppState
 from app.api.timing import Histogram, RequestDurations, RequestTimer
 from app.auth.keys import Permission, Principal
+from app.domain.types import JobEvent
 from app.maintenance.gauges import QueueGauges
-from app.queue.types import JobEvent
 
 # Queue wait and run time: from a few milliseconds to hours.
 JOB_BUCKETS: tuple[float, ...] = (

@@ -17,7 +17,7 @@ import orjson
 from fastapi import Response
 
 from app.api.schemas import Job
-from app.queue.types import LeaseOutcome
+from app.domain.types import LeaseOutcome
 
 JOB_FIELDS: tuple[str, ...] = tuple(Job.model_fields)
 _OPTIONS = orjson.OPT_UTC_Z

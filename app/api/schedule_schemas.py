@@ -29,8 +29,8 @@ from app.api.schemas import (
     queue_name_rule,
 )
 from app.api.strict_json import parse_strict_json
+from app.domain.bounds import MAX_ATTEMPTS_MAX, MAX_INT4, MIN_INT4, TIMEOUT_SECONDS_MAX
 from app.errors import InvalidInput, field_name
-from app.queue.bounds import MAX_ATTEMPTS_MAX, MAX_INT4, MIN_INT4, TIMEOUT_SECONDS_MAX
 from app.queue.schedules import (
     CRON_MAX_CHARS,
     DEFAULT_TIMEZONE,

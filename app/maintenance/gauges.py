@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from app.domain.types import JobRow
 from app.queue.service import JobService
-from app.queue.types import JobRow
 from app.settings import setting_default
 
 METRICS_REFRESH_DEFAULT: float = setting_default("metrics_refresh_seconds")

@@ -17,8 +17,8 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.domain.types import JobRow
 from app.errors import NotFound
-from app.queue.types import JobRow
 from app.queue.unit import ServiceCore, valid_id
 from app.queue.waiters import ALL_QUEUES
 

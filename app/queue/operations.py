@@ -16,10 +16,10 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.domain.states import BulkAction, JobStatus, Operation, bulk_states, bulk_states_allowed
+from app.domain.types import BulkOutcome, JobEvent, JobRow, JobSearch, ListFilter, OpsOutcome
 from app.errors import InvalidInput, InvalidTransition, NotFound, QueueNotEmpty
 from app.queue.repository import AuditFilter
-from app.queue.states import BulkAction, JobStatus, Operation, bulk_states, bulk_states_allowed
-from app.queue.types import BulkOutcome, JobEvent, JobRow, JobSearch, ListFilter, OpsOutcome
 from app.queue.unit import ServiceCore, decode_cursor, encode_cursor, states_of, valid_id
 
 # Who the audit trail names for an ops action called from inside the process with no actor.

@@ -33,10 +33,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.models import audit_log, jobs, queue_counts
-from app.queue.queries import statement
-from app.queue.states import BulkAction, JobStatus
-from app.queue.types import (
+from app.domain.states import BulkAction, JobStatus
+from app.domain.types import (
     BackoffPolicy,
     ClaimOutcome,
     ClaimSlot,
@@ -48,6 +46,8 @@ from app.queue.types import (
     ListFilter,
     OpsOutcome,
 )
+from app.models import audit_log, jobs, queue_counts
+from app.queue.queries import statement
 
 # Maintenance leader lock key: "jobq" in ASCII, so it is recognisable in pg_locks.
 MAINTENANCE_LOCK_KEY = 0x6A6F6271

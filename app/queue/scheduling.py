@@ -42,11 +42,11 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.domain.states import JobStatus
+from app.domain.types import JobEvent, JobRow, NewJob
 from app.errors import Forbidden, InvalidInput, InvalidTransition, NotFound
 from app.queue.repository import Driver
 from app.queue.schedules import JobTemplate, RunPlan, ScheduleError, ScheduleSpec, Timing
-from app.queue.states import JobStatus
-from app.queue.types import JobEvent, JobRow, NewJob
 from app.queue.unit import ServiceCore
 
 SOURCE_API = "api"

@@ -18,15 +18,8 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.errors import DatabaseUnavailable, IdempotencyKeyReused, InvalidTransition, NotFound
-from app.queue.coalesce import Coalescer
-from app.queue.limits import FlowLimits
-from app.queue.operations import Operations
-from app.queue.repository import Driver, Repository
-from app.queue.results import ResultHub
-from app.queue.scheduling import Scheduling
-from app.queue.states import FINISHED, JobStatus
-from app.queue.types import (
+from app.domain.states import FINISHED, JobStatus
+from app.domain.types import (
     ClaimOutcome,
     ClaimSlot,
     JobEvent,
@@ -36,6 +29,13 @@ from app.queue.types import (
     LeaseTransition,
     NewJob,
 )
+from app.errors import DatabaseUnavailable, IdempotencyKeyReused, InvalidTransition, NotFound
+from app.queue.coalesce import Coalescer
+from app.queue.limits import FlowLimits
+from app.queue.operations import Operations
+from app.queue.repository import Driver, Repository
+from app.queue.results import ResultHub
+from app.queue.scheduling import Scheduling
 from app.queue.unit import TRANSACTION_TRIES, Announce, Observer, valid_id
 from app.queue.waiters import WaiterHub
 

@@ -18,11 +18,11 @@ import asyncpg
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from app.domain.bounds import MAX_BIGINT
+from app.domain.states import Operation, allowed_from
+from app.domain.types import JobEvent
 from app.errors import CONNECTION_ERRORS, DatabaseUnavailable, InvalidInput, sqlstate
-from app.queue.bounds import MAX_BIGINT
 from app.queue.repository import Driver, Repository
-from app.queue.states import Operation, allowed_from
-from app.queue.types import JobEvent
 
 Announce = Callable[[str, int], object]
 Observer = Callable[[Sequence[JobEvent]], object]

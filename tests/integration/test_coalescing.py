@@ -7,8 +7,8 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.domain.types import NewJob
 from app.queue.service import CoalescingPolicy, JobService
-from app.queue.types import NewJob
 from tests.integration.helpers import job_row, seed_jobs, service
 
 

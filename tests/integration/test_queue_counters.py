@@ -8,8 +8,8 @@ import random
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.domain.types import NewJob
 from app.queue.service import JobService
-from app.queue.types import NewJob
 
 QUEUES = ["a", "b", "c"]
 

@@ -12,7 +12,7 @@ import pytest
 
 from app.api import render
 from app.api.schemas import ClaimedJob, Job, LeaseResults
-from app.queue.types import LeaseOutcome
+from app.domain.types import LeaseOutcome
 
 NOW = datetime(2026, 12, 1, 10, 0, 0, 123456, tzinfo=UTC)
 
