@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -24,7 +22,6 @@ from app.auth.limiter import FailureLimiter
 from app.dashboard import docs as api_docs
 from app.dashboard import router as dashboard
 from app.db import create_control_engine, create_driver_pool, create_engine
-from app.domain.types import BackoffPolicy
 from app.errors import brief, install_error_handlers
 from app.logs import RequestIds, log_job_events
 from app.maintenance.gauges import QueueGauges
@@ -33,13 +30,13 @@ from app.maintenance.pruner import Pruner, PrunerConfig
 from app.maintenance.reaper import Reaper, ReaperConfig
 from app.maintenance.runner import Loop, LoopRunner
 from app.maintenance.scheduler import Scheduler, SchedulerConfig
-from app.queue.repository import Repository
 from app.queue.results import CHANNEL as FINISHED_CHANNEL
 from app.queue.results import ResultHub
 from app.queue.schedules import ScheduleSpec
 from app.queue.service import CoalescingPolicy, JobService
 from app.queue.waiters import WaiterHub
 from app.settings import Settings
+from app.store import stores_for
 from app.wakeup.backstop import Backstop
 from app.wakeup.control import ControlChannel, ignoring_payload
 from app.wakeup.result_backstop import ResultBackstop
@@ -60,19 +57,6 @@ def _require_url(settings: Settings) -> str:
     if settings.database_url is None:
         raise RuntimeError("DATABASE_URL is not set; `jobq serve` starts an embedded server")
     return settings.database_url
-
-
-def repository_for(settings: Settings) -> Repository:
-    """The repository with the backoff and error-history policy of these settings."""
-    return Repository(
-        backoff=BackoffPolicy(
-            base_seconds=settings.backoff_base_seconds,
-            cap_seconds=settings.backoff_cap_seconds,
-            errors_kept=settings.errors_kept,
-            error_max_chars=settings.error_text_max_chars,
-        ),
-        instance=settings.instance_name or f"{socket.gethostname()}:{os.getpid()}",
-    )
 
 
 def _loops(settings: Settings, service: JobService, hub: WaiterHub) -> list[Loop]:
@@ -155,14 +139,14 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     control_engine = create_control_engine(
         settings.direct_database_url or url, connect_timeout=settings.db_connect_timeout_seconds
     )
-    repository = repository_for(settings)
+    stores = stores_for(settings)
     hub = WaiterHub()
     results = ResultHub()  # parked job reads (GET /v1/jobs/{id}?wait_seconds=)
     keys = KeyRing(engine, interval_seconds=settings.auth_refresh_seconds)
     await _load_keys(keys)
     control = ControlChannel(
         engine=control_engine,
-        repository=repository,
+        store=stores.control,
         hub=hub,
         coalesce_window=settings.notify_coalesce_seconds,
         listeners={
@@ -180,7 +164,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         )
         if settings.coalesce
         else None,
-        repository=repository,
+        stores=stores,
         max_attempts_default=settings.max_attempts_default,
         lease_seconds_default=settings.lease_seconds_default,
         hub=hub,

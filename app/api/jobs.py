@@ -247,7 +247,7 @@ def build_router(settings: Settings) -> APIRouter:
         """
         if not wait_seconds:
             row = await service.get(job_id)
-            allow_queue(caller, row["queue"], field="path.job_id")
+            allow_queue(caller, row.queue, field="path.job_id")
             return json_response(job(row))
         # The scope first: a job outside it is never marked awaited.
         await _in_scope(caller, job_id, service)
@@ -258,7 +258,7 @@ def build_router(settings: Settings) -> APIRouter:
     async def _in_scope(caller: Principal, job_id: int, service: JobService) -> None:
         # A job's queue never changes, so reading it before acting cannot race the action.
         if caller.scoped:
-            allow_queue(caller, (await service.get(job_id))["queue"], field="path.job_id")
+            allow_queue(caller, (await service.get(job_id)).queue, field="path.job_id")
 
     @router.post("/{job_id}/cancel", response_model=Job, responses={404: PROBLEM, 409: PROBLEM})
     async def cancel_job(

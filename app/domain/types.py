@@ -8,10 +8,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from app.domain.records import Job
 from app.domain.states import BulkAction, JobStatus
 
-# A row as either driver answers it: SQLAlchemy's RowMapping or asyncpg's Record.
-JobRow = Mapping[Any, Any]
 LeaseItem = Mapping[str, Any]  # {"job_id", "lease_id", ...the transition's own fields}
 
 
@@ -58,7 +57,7 @@ class ClaimSlot:
 class ClaimOutcome:
     """What one claim statement took, per slot, and what it says of the limits it met."""
 
-    by_slot: list[JobRow | None]
+    by_slot: list[Job | None]
     # Limited flow_state rows the statement needed but found missing: create them, claim again.
     flow_missing: tuple[str, ...] = ()
     # How many keys' flow_state rows other transactions held (their jobs were skipped).
@@ -125,8 +124,10 @@ class LeaseOutcome:
 class OpsOutcome:
     """The answer to an ops action (cancel, retry): the job as it is now, and whether it moved."""
 
-    job: JobRow
+    job: Job
     changed: bool
+    # The state the decision saw (job_cancel only), for the audit row.
+    status_before: str | None = None
 
 
 @dataclass(frozen=True)
@@ -181,3 +182,15 @@ class BackoffPolicy:
     cap_seconds: float
     errors_kept: int
     error_max_chars: int
+
+
+@dataclass(frozen=True)
+class AuditFilter:
+    """Filters and keyset position of an audit listing (newest first)."""
+
+    action: str | None = None
+    actor: str | None = None
+    # A scoped key's view: only entries of queues matching these LIKE patterns (None: all).
+    queue_patterns: tuple[str, ...] | None = None
+    before_id: int | None = None
+    limit: int = 50

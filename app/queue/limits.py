@@ -11,16 +11,14 @@ queue cannot use up the slots or tokens another queue's jobs depend on.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
-from app.domain.types import JobRow
+from app.domain.records import FlowLimit, FlowLimitSet, FlowLimitUse
 from app.errors import NotFound
 from app.queue.unit import ServiceCore, valid_id
 from app.queue.waiters import ALL_QUEUES
+from app.store.conn import Conn
 
 SCOPES = ("key", "queue")
 # A flow_state row with nothing running, untouched this long (and past its bucket's refill
@@ -36,11 +34,11 @@ def like_pattern(glob: str) -> str:
 class FlowLimits(ServiceCore):
     """Lists, sets and deletes limits, auditing each change."""
 
-    async def limits(self) -> list[JobRow]:
+    async def limits(self) -> list[FlowLimitUse]:
         """Every limit, by scope and pattern, with the jobs running under it now."""
 
-        async def work(conn: AsyncConnection) -> list[JobRow]:
-            return await self.repo.flow_limit_list(conn)
+        async def work(conn: Conn) -> list[FlowLimitUse]:
+            return await self.stores.flow_limits.flow_limit_list(conn)
 
         return await self._run(work)
 
@@ -54,11 +52,11 @@ class FlowLimits(ServiceCore):
         rate_per_seconds: float | None,
         actor: str,
         actor_key_id: int | None,
-    ) -> JobRow:
+    ) -> FlowLimitSet:
         """Creates or replaces the limit of (scope, pattern); the row carries ``created``."""
 
-        async def work(conn: AsyncConnection) -> JobRow:
-            row = await self.repo.flow_limit_set(
+        async def work(conn: Conn) -> FlowLimitSet:
+            row = await self.stores.flow_limits.flow_limit_set(
                 conn,
                 scope=scope,
                 pattern=pattern,
@@ -67,7 +65,7 @@ class FlowLimits(ServiceCore):
                 rate_limit=rate_limit,
                 rate_per_seconds=rate_per_seconds,
             )
-            await self.repo.audit_insert(
+            await self.stores.audit.audit_insert(
                 conn,
                 actor=actor,
                 actor_key_id=actor_key_id,
@@ -82,15 +80,17 @@ class FlowLimits(ServiceCore):
         self.announce(ALL_QUEUES, 1)
         return row
 
-    async def delete_limit(self, limit_id: int, *, actor: str, actor_key_id: int | None) -> JobRow:
+    async def delete_limit(
+        self, limit_id: int, *, actor: str, actor_key_id: int | None
+    ) -> FlowLimit:
         """Deletes one limit (``NotFound`` if unknown); jobs it held back may run at once."""
         if not valid_id(limit_id):
             raise NotFound(f"limit {limit_id} not found")
 
-        async def work(conn: AsyncConnection) -> JobRow | None:
-            row = await self.repo.flow_limit_delete(conn, limit_id=limit_id)
+        async def work(conn: Conn) -> FlowLimit | None:
+            row = await self.stores.flow_limits.flow_limit_delete(conn, limit_id=limit_id)
             if row is not None:
-                await self.repo.audit_insert(
+                await self.stores.audit.audit_insert(
                     conn,
                     actor=actor,
                     actor_key_id=actor_key_id,
@@ -115,20 +115,20 @@ class FlowLimits(ServiceCore):
     ) -> int:
         """Deletes at most ``batch_size`` idle flow_state rows; answers how many."""
 
-        async def work(conn: AsyncConnection) -> int:
-            return await self.repo.flow_state_prune(
+        async def work(conn: Conn) -> int:
+            return await self.stores.flow_limits.flow_state_prune(
                 conn, batch_size=batch_size, idle_seconds=idle_seconds, now=now
             )
 
         return await self._run(work)
 
 
-def _detail(row: Mapping[str, Any]) -> dict[str, Any]:
+def _detail(row: FlowLimit) -> dict[str, Any]:
     return {
-        "id": row["id"],
-        "scope": row["scope"],
-        "pattern": row["pattern"],
-        "max_running": row["max_running"],
-        "rate_limit": row["rate_limit"],
-        "rate_per_seconds": row["rate_per_seconds"],
+        "id": row.id,
+        "scope": row.scope,
+        "pattern": row.pattern,
+        "max_running": row.max_running,
+        "rate_limit": row.rate_limit,
+        "rate_per_seconds": row.rate_per_seconds,
     }

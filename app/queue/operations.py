@@ -14,13 +14,29 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
+from app.domain.records import (
+    AuditEntry,
+    BulkCandidate,
+    Job,
+    QueueDeleted,
+    QueuePut,
+    QueueStats,
+    QueueSwitch,
+    QueueThroughput,
+    WorkerLeases,
+)
 from app.domain.states import BulkAction, JobStatus, Operation, bulk_states, bulk_states_allowed
-from app.domain.types import BulkOutcome, JobEvent, JobRow, JobSearch, ListFilter, OpsOutcome
+from app.domain.types import (
+    AuditFilter,
+    BulkOutcome,
+    JobEvent,
+    JobSearch,
+    ListFilter,
+    OpsOutcome,
+)
 from app.errors import InvalidInput, InvalidTransition, NotFound, QueueNotEmpty
-from app.queue.repository import AuditFilter
 from app.queue.unit import ServiceCore, decode_cursor, encode_cursor, states_of, valid_id
+from app.store.conn import Conn
 
 # Who the audit trail names for an ops action called from inside the process with no actor.
 INTERNAL_ACTOR = "internal"
@@ -54,7 +70,7 @@ class Operations(ServiceCore):
 
     async def search_jobs(
         self, search: JobSearch, *, limit: int, after: str | None
-    ) -> tuple[list[JobRow], str | None]:
+    ) -> tuple[list[Job], str | None]:
         """A page of the jobs a search covers, newest first, and the next page's cursor
         (``None`` at the end). Keyset pagination by id: a page costs its rows, never an OFFSET.
         """
@@ -64,30 +80,30 @@ class Operations(ServiceCore):
             limit=limit + 1,
         )
 
-        async def work(conn: AsyncConnection) -> list[JobRow]:
-            return await self.repo.job_list(conn, where=where)
+        async def work(conn: Conn) -> list[Job]:
+            return await self.stores.jobs.job_list(conn, where=where)
 
         rows = await self._run(work)
-        next_cursor = encode_cursor(rows[limit - 1]["id"]) if len(rows) > limit else None
+        next_cursor = encode_cursor(rows[limit - 1].id) if len(rows) > limit else None
         return rows[:limit], next_cursor
 
-    async def queue_stats(self) -> list[JobRow]:
+    async def queue_stats(self) -> list[QueueStats]:
         """Counts per queue and state."""
-        return await self._run(self.repo.queue_stats)
+        return await self._run(self.stores.queues.queue_stats)
 
-    async def queue_throughput(self, *, minutes: int = 60) -> list[JobRow]:
+    async def queue_throughput(self, *, minutes: int = 60) -> list[QueueThroughput]:
         """Outcomes per queue and minute (queue, minute, outcome, jobs) over the last ``minutes``."""
 
-        async def work(conn: AsyncConnection) -> list[JobRow]:
-            return await self.repo.queue_throughput(conn, minutes=minutes)
+        async def work(conn: Conn) -> list[QueueThroughput]:
+            return await self.stores.queues.queue_throughput(conn, minutes=minutes)
 
         return await self._run(work)
 
-    async def workers(self, *, queue_patterns: Sequence[str] | None = None) -> list[JobRow]:
+    async def workers(self, *, queue_patterns: Sequence[str] | None = None) -> list[WorkerLeases]:
         """Workers holding leases now; with ``queue_patterns`` (LIKE), only in matching queues."""
 
-        async def work(conn: AsyncConnection) -> list[JobRow]:
-            return await self.repo.worker_list(conn, queue_patterns=queue_patterns)
+        async def work(conn: Conn) -> list[WorkerLeases]:
+            return await self.stores.jobs.worker_list(conn, queue_patterns=queue_patterns)
 
         return await self._run(work)
 
@@ -107,8 +123,8 @@ class Operations(ServiceCore):
         """How many jobs ``action`` would change now (what a confirmation states)."""
         states = self._bulk_states(action, search)
 
-        async def work(conn: AsyncConnection) -> int:
-            return await self.repo.job_count(conn, search=search, statuses=states)
+        async def work(conn: Conn) -> int:
+            return await self.stores.jobs.job_count(conn, search=search, statuses=states)
 
         return await self._run(work)
 
@@ -130,13 +146,13 @@ class Operations(ServiceCore):
         its search, count and batches.
         """
         states = self._bulk_states(action, search)
-        below = await self._run(self.repo.job_id_ceiling)
+        below = await self._run(self.stores.jobs.job_id_ceiling)
         changed = 0
         batches = 0
         while below is not None:
 
-            async def work(conn: AsyncConnection, below_id: int = below) -> list[JobRow]:
-                return await self.repo.job_bulk_batch(
+            async def work(conn: Conn, below_id: int = below) -> list[BulkCandidate]:
+                return await self.stores.jobs.job_bulk_batch(
                     conn,
                     action=action,
                     search=search,
@@ -149,17 +165,17 @@ class Operations(ServiceCore):
             if not rows:
                 break
             batches += 1
-            moved = [r for r in rows if r["changed"]]
+            moved = [r for r in rows if r.changed]
             changed += len(moved)
             self._bulk_committed(action, moved)
             if len(rows) < self.bulk_batch_size:
                 break
-            below = min(r["id"] for r in rows)
+            below = min(r.id for r in rows)
 
         detail = {"search": _search_detail(search), "jobs": changed, "batches": batches}
 
-        async def audit(conn: AsyncConnection) -> None:
-            await self.repo.audit_insert(
+        async def audit(conn: Conn) -> None:
+            await self.stores.audit.audit_insert(
                 conn,
                 actor=actor,
                 actor_key_id=actor_key_id,
@@ -172,15 +188,15 @@ class Operations(ServiceCore):
         await self._run(audit)
         return BulkOutcome(action=action, changed=changed, batches=batches)
 
-    def _bulk_committed(self, action: BulkAction, moved: Sequence[JobRow]) -> None:
+    def _bulk_committed(self, action: BulkAction, moved: Sequence[BulkCandidate]) -> None:
         """Tells observers of a committed batch and wakes waiters for retried jobs."""
         kind = _BULK_EVENT.get(action)
         if kind is None:
             return
         status = JobStatus.PENDING if action is BulkAction.RETRY else JobStatus.CANCELLED
-        self._emit([JobEvent(kind, r["id"], r["queue"], status=status) for r in moved])
+        self._emit([JobEvent(kind, r.id, r.queue, status=status) for r in moved])
         if action is BulkAction.RETRY:
-            for queue, count in Counter(r["queue"] for r in moved).items():
+            for queue, count in Counter(r.queue for r in moved).items():
                 self.announce(queue, count)
 
     # -- ops actions -------------------------------------------------------------------------
@@ -193,7 +209,7 @@ class Operations(ServiceCore):
 
     async def cancel(
         self, job_id: int, *, actor: str = INTERNAL_ACTOR, actor_key_id: int | None = None
-    ) -> JobRow:
+    ) -> Job:
         """Cancels a scheduled, pending or running job; cancelling a cancelled job answers it.
 
         One statement locks the row, decides and answers, so the answer is the job's state as
@@ -204,32 +220,32 @@ class Operations(ServiceCore):
         if not valid_id(job_id):
             raise NotFound(f"job {job_id} not found")
 
-        async def work(conn: AsyncConnection) -> OpsOutcome | None:
-            outcome = await self.repo.job_cancel(conn, job_id=job_id)
+        async def work(conn: Conn) -> OpsOutcome | None:
+            outcome = await self.stores.jobs.job_cancel(conn, job_id=job_id)
             if outcome is not None and (
-                outcome.changed or outcome.job["status"] == JobStatus.CANCELLED
+                outcome.changed or outcome.job.status == JobStatus.CANCELLED
             ):
-                await self.repo.audit_insert(
+                await self.stores.audit.audit_insert(
                     conn,
                     actor=actor,
                     actor_key_id=actor_key_id,
                     action="job.cancel",
                     outcome="changed" if outcome.changed else "unchanged",
-                    queue=outcome.job["queue"],
+                    queue=outcome.job.queue,
                     job_id=job_id,
-                    state_before=outcome.job["status_before"],
-                    state_after=outcome.job["status"],
+                    state_before=outcome.status_before,
+                    state_after=outcome.job.status,
                 )
             return outcome
 
         outcome = await self._run(work, transaction=True)
         if outcome is None:
             raise NotFound(f"job {job_id} not found")
-        status = outcome.job["status"]
+        status = outcome.job.status
         if outcome.changed:
-            self._emit([JobEvent("cancelled", job_id, outcome.job["queue"], status=status)])
-            if outcome.job["status_before"] == JobStatus.RUNNING and outcome.job.get("flow_keys"):
-                self.announce(outcome.job["queue"], 1)  # its running slots are free again
+            self._emit([JobEvent("cancelled", job_id, outcome.job.queue, status=status)])
+            if outcome.status_before == JobStatus.RUNNING and outcome.job.flow_keys:
+                self.announce(outcome.job.queue, 1)  # its running slots are free again
         if outcome.changed or status == JobStatus.CANCELLED:
             return outcome.job
         raise InvalidTransition(
@@ -238,13 +254,13 @@ class Operations(ServiceCore):
 
     async def retry(
         self, job_id: int, *, actor: str = INTERNAL_ACTOR, actor_key_id: int | None = None
-    ) -> JobRow:
+    ) -> Job:
         """Puts a dead, cancelled or succeeded job back to pending with attempts reset."""
         if not valid_id(job_id):
             raise NotFound(f"job {job_id} not found")
 
-        async def work(conn: AsyncConnection) -> OpsOutcome | None:
-            return await self.repo.job_retry(
+        async def work(conn: Conn) -> OpsOutcome | None:
+            return await self.stores.jobs.job_retry(
                 conn, job_id=job_id, actor=actor, actor_key_id=actor_key_id
             )
 
@@ -252,13 +268,11 @@ class Operations(ServiceCore):
         if outcome is None:
             raise NotFound(f"job {job_id} not found")
         if outcome.changed:
-            self.announce(outcome.job["queue"], 1)
-            self._emit(
-                [JobEvent("retried", job_id, outcome.job["queue"], status=outcome.job["status"])]
-            )
+            self.announce(outcome.job.queue, 1)
+            self._emit([JobEvent("retried", job_id, outcome.job.queue, status=outcome.job.status)])
             return outcome.job
         raise InvalidTransition(
-            f"job {job_id} is {outcome.job['status']}; only {states_of(Operation.RETRY)} jobs can "
+            f"job {job_id} is {outcome.job.status}; only {states_of(Operation.RETRY)} jobs can "
             "be retried"
         )
 
@@ -269,11 +283,11 @@ class Operations(ServiceCore):
         paused: bool,
         actor: str = INTERNAL_ACTOR,
         actor_key_id: int | None = None,
-    ) -> JobRow:
+    ) -> QueueSwitch:
         """Pauses or resumes a queue; resuming wakes the queue's waiters."""
 
-        async def work(conn: AsyncConnection) -> JobRow | None:
-            return await self.repo.queue_set_paused(
+        async def work(conn: Conn) -> QueueSwitch | None:
+            return await self.stores.queues.queue_set_paused(
                 conn, name=name, paused=paused, actor=actor, actor_key_id=actor_key_id
             )
 
@@ -294,22 +308,22 @@ class Operations(ServiceCore):
         paused: bool | None,
         actor: str = INTERNAL_ACTOR,
         actor_key_id: int | None = None,
-    ) -> tuple[JobRow, bool]:
+    ) -> tuple[QueuePut, bool]:
         """Creates a queue, or sets a known queue's switch; the queue and whether it was created.
 
         ``paused`` ``None`` keeps the switch (a new queue is active). Resuming wakes the
         queue's waiters.
         """
 
-        async def work(conn: AsyncConnection) -> JobRow:
-            return await self.repo.queue_put(
+        async def work(conn: Conn) -> QueuePut:
+            return await self.stores.queues.queue_put(
                 conn, name=name, paused=paused, actor=actor, actor_key_id=actor_key_id
             )
 
         row = await self._run(work)
         if paused is False:
             self.announce(name, RESUME_WAKE_COUNT)
-        return row, bool(row["created"])
+        return row, row.created
 
     async def queue_delete(
         self, name: str, *, actor: str = INTERNAL_ACTOR, actor_key_id: int | None = None
@@ -320,15 +334,15 @@ class Operations(ServiceCore):
         jobs above all), and while they exist the overview lists the queue anyway.
         """
 
-        async def work(conn: AsyncConnection) -> JobRow:
-            return await self.repo.queue_delete(
+        async def work(conn: Conn) -> QueueDeleted:
+            return await self.stores.queues.queue_delete(
                 conn, name=name, actor=actor, actor_key_id=actor_key_id
             )
 
         row = await self._run(work)
-        if row["deleted"]:
+        if row.deleted:
             return
-        unfinished, finished = int(row["unfinished"]), int(row["finished"])
+        unfinished, finished = row.unfinished, row.finished
         if unfinished or finished:
             raise QueueNotEmpty(
                 f"queue {name} still holds {unfinished} unfinished and {finished} finished jobs: "
@@ -346,7 +360,7 @@ class Operations(ServiceCore):
         limit: int,
         after: str | None,
         queue_patterns: Sequence[str] | None = None,
-    ) -> tuple[list[JobRow], str | None]:
+    ) -> tuple[list[AuditEntry], str | None]:
         """A page of the audit trail, newest first, and the next page's cursor (``None`` at the end).
 
         ``queue_patterns`` (SQL LIKE patterns) keeps only entries of matching queues, which
@@ -360,9 +374,9 @@ class Operations(ServiceCore):
             limit=limit + 1,
         )
 
-        async def work(conn: AsyncConnection) -> list[JobRow]:
-            return await self.repo.audit_list(conn, where=where)
+        async def work(conn: Conn) -> list[AuditEntry]:
+            return await self.stores.audit.audit_list(conn, where=where)
 
         rows = await self._run(work)
-        next_cursor = encode_cursor(rows[limit - 1]["id"]) if len(rows) > limit else None
+        next_cursor = encode_cursor(rows[limit - 1].id) if len(rows) > limit else None
         return rows[:limit], next_cursor

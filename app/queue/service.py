@@ -1,7 +1,7 @@
 """Queue operations as units of work: one conditional statement in autocommit, or one transaction.
 
 The API's routes, the dashboard and the maintenance loops call these methods; none of them
-touches the repository. How a unit of work runs is app/queue/unit.py; the ops reads and admin
+touches a store. How a unit of work runs is app/queue/unit.py; the ops reads and admin
 actions are app/queue/operations.py.
 """
 
@@ -16,14 +16,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.domain.records import Job, ReapedJob
 from app.domain.states import FINISHED, JobStatus
 from app.domain.types import (
     ClaimOutcome,
     ClaimSlot,
     JobEvent,
-    JobRow,
     LeaseItem,
     LeaseOutcome,
     LeaseTransition,
@@ -33,11 +33,12 @@ from app.errors import DatabaseUnavailable, IdempotencyKeyReused, InvalidTransit
 from app.queue.coalesce import Coalescer
 from app.queue.limits import FlowLimits
 from app.queue.operations import Operations
-from app.queue.repository import Driver, Repository
 from app.queue.results import ResultHub
 from app.queue.scheduling import Scheduling
 from app.queue.unit import TRANSACTION_TRIES, Announce, Observer, valid_id
 from app.queue.waiters import WaiterHub
+from app.store import Stores
+from app.store.conn import Conn
 
 # While any limit exists, a claim reads this many candidates per slot, so jobs over a limit can
 # be skipped for the next eligible ones.
@@ -60,7 +61,7 @@ class JobService(Operations, FlowLimits, Scheduling):
         *,
         engine: AsyncEngine,
         pool: Any,
-        repository: Repository,
+        stores: Stores,
         max_attempts_default: int,
         lease_seconds_default: int,
         pool_timeout: float = 10.0,
@@ -74,7 +75,7 @@ class JobService(Operations, FlowLimits, Scheduling):
         # The asyncpg pool for the hot statements (app/db.py says why there are two).
         self.pool = pool
         self.pool_timeout = pool_timeout
-        self.repo = repository
+        self.stores = stores
         self.max_attempts_default = max_attempts_default
         self.lease_seconds_default = lease_seconds_default
         self.bulk_batch_size = bulk_batch_size
@@ -93,9 +94,9 @@ class JobService(Operations, FlowLimits, Scheduling):
         # Called with the job events of each committed change (metrics, logs); must not block.
         self.observers: list[Observer] = []
         self._leases: dict[LeaseTransition, Coalescer[LeaseItem, LeaseOutcome]] = {}
-        self._claims: dict[tuple[str, ...], Coalescer[ClaimSlot, JobRow | None]] = {}
-        self._enqueues: Coalescer[dict[str, Any], tuple[JobRow, bool] | Exception] | None = None
-        # What the last claim said of the limits (app/queue/sql/jobs.sql, job_claim): whether
+        self._claims: dict[tuple[str, ...], Coalescer[ClaimSlot, Job | None]] = {}
+        self._enqueues: Coalescer[dict[str, Any], tuple[Job, bool] | Exception] | None = None
+        # What the last claim said of the limits (app/store/sql/jobs.sql, job_claim): whether
         # any exist, and per set of queues when an empty token bucket refills.
         self._flow_active = False
         self._refill_at: dict[tuple[str, ...], float] = {}
@@ -135,16 +136,16 @@ class JobService(Operations, FlowLimits, Scheduling):
         }
 
     async def _enqueue_statement(
-        self, conn: Driver, items: Sequence[dict[str, Any]], key_field: Callable[[int], str]
-    ) -> list[tuple[JobRow, bool] | Exception]:
+        self, conn: Conn, items: Sequence[dict[str, Any]], key_field: Callable[[int], str]
+    ) -> list[tuple[Job, bool] | Exception]:
         """Inserts the items; answers per item its job and whether it was created, or its error."""
-        rows = await self.repo.job_enqueue(conn, items=items)
+        rows = await self.stores.jobs.job_enqueue(conn, items=items)
         skipped = [i for i, row in enumerate(rows) if row is None]
-        existing: Mapping[tuple[str, str], JobRow] = {}
+        existing: Mapping[tuple[str, str], Job] = {}
         if skipped:
             keys = [(items[i]["queue"], items[i]["idempotency_key"]) for i in skipped]
-            existing = await self.repo.job_get_by_idempotency_keys(conn, keys=keys)
-        answered: list[tuple[JobRow, bool] | Exception] = []
+            existing = await self.stores.jobs.job_get_by_idempotency_keys(conn, keys=keys)
+        answered: list[tuple[Job, bool] | Exception] = []
         for i, row in enumerate(rows):
             if row is not None:
                 answered.append((row, True))
@@ -154,7 +155,7 @@ class JobService(Operations, FlowLimits, Scheduling):
             if found is None:
                 # The conflicting job was deleted between the two statements: try again.
                 answered.append(_Retry())
-            elif found["idempotency_hash"] != items[i]["idempotency_hash"]:
+            elif found.idempotency_hash != items[i]["idempotency_hash"]:
                 answered.append(
                     IdempotencyKeyReused(
                         f"idempotency key {key[1]!r} of queue {key[0]!r} was used for a "
@@ -172,27 +173,27 @@ class JobService(Operations, FlowLimits, Scheduling):
         self.statements["enqueue"] += 1
         return answered
 
-    def _announce_created(self, answered: Sequence[tuple[JobRow, bool] | Exception]) -> None:
+    def _announce_created(self, answered: Sequence[tuple[Job, bool] | Exception]) -> None:
         """Tells observers of the jobs a committed enqueue created; wakes waiters for the due ones."""
         self._emit(
             [
-                JobEvent("enqueued", a[0]["id"], a[0]["queue"], status=a[0]["status"])
+                JobEvent("enqueued", a[0].id, a[0].queue, status=a[0].status)
                 for a in answered
                 if isinstance(a, tuple) and a[1]
             ]
         )
         self._announce_counts(
-            a[0]["queue"]
+            a[0].queue
             for a in answered
-            if isinstance(a, tuple) and a[1] and a[0]["status"] == JobStatus.PENDING
+            if isinstance(a, tuple) and a[1] and a[0].status == JobStatus.PENDING
         )
 
     async def _enqueue_singles(
         self, items: Sequence[dict[str, Any]]
-    ) -> Sequence[tuple[JobRow, bool] | Exception]:
+    ) -> Sequence[tuple[Job, bool] | Exception]:
         """One statement for the single enqueues of many requests (each stands alone)."""
 
-        async def work(conn: Driver) -> list[tuple[JobRow, bool] | Exception]:
+        async def work(conn: Conn) -> list[tuple[Job, bool] | Exception]:
             return await self._enqueue_statement(conn, items, lambda _: "idempotency_key")
 
         answered = await self._run_hot(work)
@@ -201,7 +202,7 @@ class JobService(Operations, FlowLimits, Scheduling):
 
     async def enqueue(
         self, new_jobs: Sequence[NewJob], *, key_field: Callable[[int], str]
-    ) -> list[tuple[JobRow, bool]]:
+    ) -> list[tuple[Job, bool]]:
         """Enqueues jobs, all or nothing; answers each job and whether this call created it.
 
         A job whose idempotency key exists with the same request is answered as it is; with a
@@ -226,10 +227,10 @@ class JobService(Operations, FlowLimits, Scheduling):
 
     async def _enqueue_batch(
         self, items: Sequence[dict[str, Any]], key_field: Callable[[int], str]
-    ) -> list[tuple[JobRow, bool]] | _Retry:
+    ) -> list[tuple[Job, bool]] | _Retry:
         any_keys = any(item["idempotency_key"] is not None for item in items)
 
-        async def work(conn: Driver) -> list[tuple[JobRow, bool]]:
+        async def work(conn: Conn) -> list[tuple[Job, bool]]:
             answered = await self._enqueue_statement(conn, items, key_field)
             for outcome in answered:
                 if isinstance(outcome, Exception):
@@ -246,13 +247,13 @@ class JobService(Operations, FlowLimits, Scheduling):
 
     # -- reads -------------------------------------------------------------------------------
 
-    async def get(self, job_id: int) -> JobRow:
+    async def get(self, job_id: int) -> Job:
         """One job; ``NotFound`` for unknown or out-of-range ids."""
         if not valid_id(job_id):
             raise NotFound(f"job {job_id} not found")
 
-        async def work(conn: Driver) -> JobRow | None:
-            return await self.repo.job_get(conn, job_id=job_id)
+        async def work(conn: Conn) -> Job | None:
+            return await self.stores.jobs.job_get(conn, job_id=job_id)
 
         row = await self._run_hot(work, idempotent=True)
         if row is None:
@@ -261,13 +262,13 @@ class JobService(Operations, FlowLimits, Scheduling):
 
     async def ping(self) -> None:
         """Fails when the database does not answer (through the hot path's pool)."""
-        await self._run_hot(self.repo.health_ping, idempotent=True)
+        await self._run_hot(self.stores.control.health_ping, idempotent=True)
 
     # -- awaiting a result -------------------------------------------------------------------
 
     async def wait_for_job(
         self, job_id: int, *, wait_seconds: float, stop: asyncio.Event | None = None
-    ) -> JobRow:
+    ) -> Job:
         """One job, once it is finished (succeeded, dead, cancelled) or ``wait_seconds`` passed.
 
         A job finished already, or ``wait_seconds`` 0, is answered at once; ``NotFound`` for an
@@ -291,7 +292,7 @@ class JobService(Operations, FlowLimits, Scheduling):
         waiter = self.results.register(job_id)
         try:
             row = await self._mark_awaited(job_id)
-            while row["status"] not in FINISHED:
+            while row.status not in FINISHED:
                 remaining = deadline - loop.time()
                 if remaining <= 0 or stop.is_set() or self.results.closed:
                     return row
@@ -304,19 +305,19 @@ class JobService(Operations, FlowLimits, Scheduling):
         finally:
             self.results.unregister(waiter)
 
-    async def _mark_awaited(self, job_id: int) -> JobRow:
+    async def _mark_awaited(self, job_id: int) -> Job:
         """The job after marking it awaited, or as found when finished or awaited already."""
 
-        async def work(conn: Driver) -> JobRow | None:
-            row: JobRow | None = None
+        async def work(conn: Conn) -> Job | None:
+            row: Job | None = None
             for _ in range(TRANSACTION_TRIES):
-                row = await self.repo.job_await_mark(conn, job_id=job_id)
+                row = await self.stores.jobs.job_await_mark(conn, job_id=job_id)
                 if row is not None:
                     return row
                 # Finished, awaited already, or unknown: a read in a snapshot of its own (taken
                 # after the mark, so it sees any finish the mark waited for) tells which.
-                row = await self.repo.job_get(conn, job_id=job_id)
-                if row is None or row["awaited"] or row["status"] in FINISHED:
+                row = await self.stores.jobs.job_get(conn, job_id=job_id)
+                if row is None or row.awaited or row.status in FINISHED:
                     return row
                 # Retried (finished, then back to pending) between the two statements: again.
             return row  # still moving: park anyway, the backstop has it
@@ -331,8 +332,8 @@ class JobService(Operations, FlowLimits, Scheduling):
     async def settled_jobs(self, job_ids: Sequence[int]) -> list[int]:
         """Which of these jobs are finished or gone (the result backstop's check)."""
 
-        async def work(conn: AsyncConnection) -> list[int]:
-            return await self.repo.job_await_settled(conn, job_ids=job_ids)
+        async def work(conn: Conn) -> list[int]:
+            return await self.stores.jobs.job_await_settled(conn, job_ids=job_ids)
 
         return await self._run(work)
 
@@ -340,7 +341,7 @@ class JobService(Operations, FlowLimits, Scheduling):
 
     async def _claim_slots(
         self, queues: tuple[str, ...], slots: Sequence[ClaimSlot]
-    ) -> Sequence[JobRow | None]:
+    ) -> Sequence[Job | None]:
         """One claim statement for the slots of one or many claim requests on these queues.
 
         While no limit exists this is the lean claim statement. Once limits exist (the lean one
@@ -351,20 +352,20 @@ class JobService(Operations, FlowLimits, Scheduling):
         them), or created rows, the slots left empty are claimed again, up to FLOW_TRIES
         statements in all.
         """
-        by_slot: list[JobRow | None] = [None] * len(slots)
+        by_slot: list[Job | None] = [None] * len(slots)
         empty = list(range(len(slots)))
         for _ in range(FLOW_TRIES):
             limited = self._flow_active
             asked = [slots[i] for i in empty]
 
             async def work(
-                conn: Driver, asked: list[ClaimSlot] = asked, limited: bool = limited
+                conn: Conn, asked: list[ClaimSlot] = asked, limited: bool = limited
             ) -> ClaimOutcome:
                 if limited:
-                    return await self.repo.job_claim_limited(
+                    return await self.stores.jobs.job_claim_limited(
                         conn, queues=queues, slots=asked, window=FLOW_WINDOW
                     )
-                return await self.repo.job_claim(conn, queues=queues, slots=asked)
+                return await self.stores.jobs.job_claim(conn, queues=queues, slots=asked)
 
             self.statements["claim"] += 1
             outcome = await self._run_hot(work)
@@ -377,8 +378,8 @@ class JobService(Operations, FlowLimits, Scheduling):
             if outcome.flow_missing:
                 missing = outcome.flow_missing
 
-                async def create(conn: Driver, missing: tuple[str, ...] = missing) -> None:
-                    await self.repo.flow_state_create(conn, keys=missing)
+                async def create(conn: Conn, missing: tuple[str, ...] = missing) -> None:
+                    await self.stores.flow_limits.flow_state_create(conn, keys=missing)
 
                 await self._run_hot(create)
             elif not outcome.flow_skipped and not outcome.flow_refused:
@@ -404,7 +405,7 @@ class JobService(Operations, FlowLimits, Scheduling):
         queues: Sequence[str],
         max_jobs: int,
         lease_seconds: int | None,
-    ) -> list[JobRow]:
+    ) -> list[Job]:
         key = tuple(sorted(set(queues)))
         slots = [ClaimSlot(worker_id, key_id, lease_seconds)] * max_jobs
         if self.coalescing is None:
@@ -425,12 +426,12 @@ class JobService(Operations, FlowLimits, Scheduling):
             [
                 JobEvent(
                     "claimed",
-                    row["id"],
-                    row["queue"],
-                    status=row["status"],
+                    row.id,
+                    row.queue,
+                    status=row.status,
                     worker_id=worker_id,
                     key_id=key_id,
-                    attempt=row["attempts"],
+                    attempt=row.attempts,
                     waited_seconds=_waited(row),
                 )
                 for row in claimed
@@ -448,7 +449,7 @@ class JobService(Operations, FlowLimits, Scheduling):
         wait_seconds: float = 0,
         stop: asyncio.Event | None = None,
         key_id: int | None = None,
-    ) -> list[JobRow]:
+    ) -> list[Job]:
         """Leases up to ``max_jobs`` due jobs; with ``wait_seconds``, long-polls until one comes.
 
         The leases go to ``worker_id`` within the API key ``key_id`` (``None`` without keys):
@@ -463,7 +464,7 @@ class JobService(Operations, FlowLimits, Scheduling):
         or when the instance shuts down.
         """
 
-        async def attempt() -> list[JobRow]:
+        async def attempt() -> list[Job]:
             return await self._claim_once(
                 worker_id=worker_id,
                 key_id=key_id,
@@ -513,8 +514,8 @@ class JobService(Operations, FlowLimits, Scheduling):
                 for queue in waiter.queues:
                     self.hub.notify(queue, 1)
 
-    async def _give_back(self, worker_id: str, key_id: int | None, jobs: Sequence[JobRow]) -> None:
-        items = [{"job_id": j["id"], "lease_id": str(j["lease_id"])} for j in jobs]
+    async def _give_back(self, worker_id: str, key_id: int | None, jobs: Sequence[Job]) -> None:
+        items = [{"job_id": j.id, "lease_id": str(j.lease_id)} for j in jobs]
         await self.release(worker_id=worker_id, key_id=key_id, items=items)
 
     # Each lease call names the worker (its id within the API key ``key_id``, ``None`` without
@@ -570,18 +571,18 @@ class JobService(Operations, FlowLimits, Scheduling):
         because of a snapshot taken before the row it waited for was committed.
         """
         statement = {
-            LeaseTransition.HEARTBEAT: self.repo.job_heartbeat,
-            LeaseTransition.COMPLETE: self.repo.job_complete,
-            LeaseTransition.FAIL: self.repo.job_fail,
-            LeaseTransition.RELEASE: self.repo.job_release,
+            LeaseTransition.HEARTBEAT: self.stores.jobs.job_heartbeat,
+            LeaseTransition.COMPLETE: self.stores.jobs.job_complete,
+            LeaseTransition.FAIL: self.stores.jobs.job_fail,
+            LeaseTransition.RELEASE: self.stores.jobs.job_release,
         }[transition]
 
-        async def work(conn: Driver) -> tuple[list[LeaseOutcome], set[int]]:
+        async def work(conn: Conn) -> tuple[list[LeaseOutcome], set[int]]:
             taken = await statement(conn, items=items)
             missed = [i for i in range(len(items)) if i not in taken]
             if not missed:
                 return [taken[i] for i in range(len(items))], set(taken)
-            verdicts = await self.repo.job_lease_verdict(
+            verdicts = await self.stores.jobs.job_lease_verdict(
                 conn, transition=transition, items=[items[i] for i in missed]
             )
             judged = dict(zip(missed, verdicts, strict=True))
@@ -617,22 +618,22 @@ class JobService(Operations, FlowLimits, Scheduling):
 
     # -- maintenance -------------------------------------------------------------------------
 
-    async def reap(self, *, batch_size: int, now: datetime | None = None) -> list[JobRow]:
+    async def reap(self, *, batch_size: int, now: datetime | None = None) -> list[ReapedJob]:
         """Returns at most ``batch_size`` expired leases to the queue (or to dead); answers them."""
 
-        async def work(conn: AsyncConnection) -> list[JobRow]:
-            return await self.repo.job_reap(conn, batch_size=batch_size, now=now)
+        async def work(conn: Conn) -> list[ReapedJob]:
+            return await self.stores.jobs.job_reap(conn, batch_size=batch_size, now=now)
 
         reaped = await self._run(work)
-        self._emit([JobEvent("reaped", r["id"], r["queue"], status=r["status"]) for r in reaped])
-        self._announce_counts(r["queue"] for r in reaped if r.get("freed_flow"))
+        self._emit([JobEvent("reaped", r.id, r.queue, status=r.status) for r in reaped])
+        self._announce_counts(r.queue for r in reaped if r.freed_flow)
         return reaped
 
     async def promote(self, *, batch_size: int, now: datetime | None = None) -> int:
         """Moves at most ``batch_size`` due scheduled jobs to pending and announces them."""
 
-        async def work(conn: AsyncConnection) -> Counter[str]:
-            return await self.repo.job_promote(conn, batch_size=batch_size, now=now)
+        async def work(conn: Conn) -> Counter[str]:
+            return await self.stores.jobs.job_promote(conn, batch_size=batch_size, now=now)
 
         promoted = await self._run(work)
         for queue, count in promoted.items():
@@ -650,8 +651,8 @@ class JobService(Operations, FlowLimits, Scheduling):
     ) -> int:
         """Deletes at most ``batch_size`` finished jobs past their retention; answers how many."""
 
-        async def work(conn: AsyncConnection) -> int:
-            return await self.repo.job_prune(
+        async def work(conn: Conn) -> int:
+            return await self.stores.jobs.job_prune(
                 conn,
                 batch_size=batch_size,
                 succeeded_seconds=succeeded_seconds,
@@ -667,8 +668,8 @@ class JobService(Operations, FlowLimits, Scheduling):
     ) -> int:
         """Deletes at most ``batch_size`` per-minute outcome rows older than ``keep_seconds``."""
 
-        async def work(conn: AsyncConnection) -> int:
-            return await self.repo.queue_throughput_prune(
+        async def work(conn: Conn) -> int:
+            return await self.stores.queues.queue_throughput_prune(
                 conn, keep_seconds=keep_seconds, batch_size=batch_size, now=now
             )
 
@@ -677,15 +678,16 @@ class JobService(Operations, FlowLimits, Scheduling):
     async def due_in_queues(self, queues: Sequence[str], *, cap: int) -> dict[str, int]:
         """Per unpaused queue, how many jobs are due now (up to ``cap``)."""
 
-        async def work(conn: AsyncConnection) -> dict[str, int]:
-            return await self.repo.job_due_in_queues(conn, queues=queues, cap=cap)
+        async def work(conn: Conn) -> dict[str, int]:
+            return await self.stores.jobs.job_due_in_queues(conn, queues=queues, cap=cap)
 
         return await self._run(work)
 
 
-def _waited(row: JobRow) -> float:
+def _waited(row: Job) -> float:
     """Seconds a claimed job was due before its claim, from the row's own (PostgreSQL) times."""
-    waited: float = (row["started_at"] - row["run_at"]).total_seconds()
+    started = row.started_at or row.run_at  # a claimed row always has started_at
+    waited: float = (started - row.run_at).total_seconds()
     return max(waited, 0.0)
 
 

@@ -16,13 +16,14 @@ from typing import Any, TypeVar
 
 import asyncpg
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.domain.bounds import MAX_BIGINT
 from app.domain.states import Operation, allowed_from
 from app.domain.types import JobEvent
 from app.errors import CONNECTION_ERRORS, DatabaseUnavailable, InvalidInput, sqlstate
-from app.queue.repository import Driver, Repository
+from app.store import Stores
+from app.store.conn import Conn, DriverConn, EngineConn
 
 Announce = Callable[[str, int], object]
 Observer = Callable[[Sequence[JobEvent]], object]
@@ -84,15 +85,13 @@ class ServiceCore:
     autocommit_engine: AsyncEngine
     pool: Any  # the asyncpg pool of the hot statements
     pool_timeout: float
-    repo: Repository
+    stores: Stores
     # Called after a commit that made jobs claimable: wakes waiters here and elsewhere.
     announce: Announce
     # Called with the job events of each committed change (metrics, logs); must not block.
     observers: list[Observer]
 
-    async def _run(
-        self, work: Callable[[AsyncConnection], Awaitable[T]], *, transaction: bool = False
-    ) -> T:
+    async def _run(self, work: Callable[[Conn], Awaitable[T]], *, transaction: bool = False) -> T:
         """Runs a unit of work, retrying deadlocks and serialization failures.
 
         ``transaction=True`` wraps it in one transaction (commit at the end), for work whose
@@ -103,9 +102,9 @@ class ServiceCore:
             try:
                 if transaction:
                     async with self.engine.begin() as conn:
-                        return await work(conn)
+                        return await work(EngineConn(conn))
                 async with self.autocommit_engine.connect() as conn:
-                    return await work(conn)
+                    return await work(EngineConn(conn))
             except DBAPIError as exc:
                 if sqlstate(exc) in _RETRYABLE_SQLSTATES and attempt < TRANSACTION_TRIES:
                     continue
@@ -114,7 +113,7 @@ class ServiceCore:
 
     async def _run_hot(
         self,
-        work: Callable[[Driver], Awaitable[T]],
+        work: Callable[[Conn], Awaitable[T]],
         *,
         transaction: bool = False,
         idempotent: bool = False,
@@ -138,8 +137,8 @@ class ServiceCore:
             try:
                 if transaction:
                     async with conn.transaction():
-                        return await work(conn)
-                return await work(conn)
+                        return await work(DriverConn(conn))
+                return await work(DriverConn(conn))
             except asyncio.CancelledError:
                 # Cancelled mid-statement: the server may still answer on this connection, so
                 # it must not serve anyone else.

@@ -10,17 +10,16 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.main import repository_for
 from app.migrations import upgrade
-from app.queue.repository import Repository
 from app.queue.service import JobService
 from app.settings import Settings
+from app.store import Stores, stores_for
 from tests.conftest import create_database, drop_database
 
 
-def repository() -> Repository:
-    """The repository with the default settings' policies."""
-    return repository_for(Settings(database_url="postgresql://unused/unused"))
+def stores() -> Stores:
+    """The stores with the default settings' policies."""
+    return stores_for(Settings(database_url="postgresql://unused/unused"))
 
 
 def service(engine: AsyncEngine, pool: Any, **options: Any) -> JobService:
@@ -29,7 +28,7 @@ def service(engine: AsyncEngine, pool: Any, **options: Any) -> JobService:
     return JobService(
         engine=engine,
         pool=pool,
-        repository=repository(),
+        stores=stores(),
         max_attempts_default=defaults.max_attempts_default,
         lease_seconds_default=defaults.lease_seconds_default,
         **options,
