@@ -148,7 +148,7 @@ def build_router(settings: Settings) -> APIRouter:
         A key scoped to some queues sees only the jobs of those queues.
         """
         rows = await service.workers(queue_patterns=caller.like_patterns())
-        return WorkerList(workers=[WorkerInfo.model_validate(dict(r)) for r in rows])
+        return WorkerList(workers=[WorkerInfo.model_validate(asdict(r)) for r in rows])
 
     @router.get("/v1/audit", response_model=AuditPage, responses={422: PROBLEM})
     async def list_audit(
@@ -182,7 +182,7 @@ def build_router(settings: Settings) -> APIRouter:
             queue_patterns=caller.like_patterns(),
         )
         return AuditPage(
-            entries=[AuditEntry.model_validate(dict(r)) for r in rows], next_cursor=next_cursor
+            entries=[AuditEntry.model_validate(asdict(r)) for r in rows], next_cursor=next_cursor
         )
 
     @router.get("/healthz", response_model=Health)

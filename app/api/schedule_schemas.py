@@ -29,6 +29,7 @@ from app.api.schemas import (
     queue_name_rule,
 )
 from app.api.strict_json import parse_strict_json
+from app.domain import records
 from app.domain.bounds import MAX_ATTEMPTS_MAX, MAX_INT4, MIN_INT4, TIMEOUT_SECONDS_MAX
 from app.errors import InvalidInput, field_name
 from app.queue.schedules import (
@@ -184,14 +185,14 @@ class SchedulePage(BaseModel):
     next_cursor: str | None
 
 
-def schedule_view(row: Mapping[str, Any]) -> Schedule:
+def schedule_view(row: records.Schedule) -> Schedule:
     """A schedule's row as the API shows it."""
     template = ScheduleTemplateView.model_validate(
-        {name: row[name] for name in ScheduleTemplateView.model_fields}
+        {name: getattr(row, name) for name in ScheduleTemplateView.model_fields}
     )
     return Schedule.model_validate(
         {
-            **{name: row[name] for name in Schedule.model_fields if name != "template"},
+            **{name: getattr(row, name) for name in Schedule.model_fields if name != "template"},
             "template": template,
         }
     )
