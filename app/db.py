@@ -246,7 +246,7 @@ def driver_dsn(url: str) -> str:
 
 
 def _encode_jsonb(value: bytes | str) -> bytes:
-    # Parameters arrive as JSON text already (app.queue.repository.to_json); jsonb's binary
+    # Parameters arrive as JSON text already (app.store.conn.to_json); jsonb's binary
     # format is a version byte, then that text.
     return b"\x01" + (value if isinstance(value, bytes) else value.encode())
 

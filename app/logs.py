@@ -30,7 +30,7 @@ from typing import IO, Any, Literal
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.queue.types import JobEvent
+from app.domain.types import JobEvent
 
 LogFormat = Literal["auto", "json", "text"]
 

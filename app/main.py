@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -23,6 +21,7 @@ from app.dashboard import docs as api_docs
 from app.dashboard import router as dashboard
 from app.db import create_control_engine, create_driver_pool, create_engine
 from app.domain.cron import ScheduleSpec
+from app.domain.types import JobDefaults
 from app.errors import brief, install_error_handlers
 from app.http.body_limit import BodyLimit
 from app.http.fastpath import JobqAPI
@@ -34,13 +33,12 @@ from app.maintenance.reaper import Reaper, ReaperConfig
 from app.maintenance.runner import Loop, LoopRunner
 from app.maintenance.scheduler import Scheduler, SchedulerConfig
 from app.queue.jobs import CoalescingPolicy
-from app.queue.repository import Repository
 from app.queue.results import CHANNEL as FINISHED_CHANNEL
 from app.queue.results import ResultHub
 from app.queue.services import Services, build_services
-from app.queue.types import BackoffPolicy, JobDefaults
 from app.queue.waiters import WaiterHub
 from app.settings import Settings
+from app.store import stores_for
 from app.wakeup.backstop import Backstop
 from app.wakeup.control import ControlChannel, ignoring_payload
 from app.wakeup.result_backstop import ResultBackstop
@@ -61,19 +59,6 @@ def _require_url(settings: Settings) -> str:
     if settings.database_url is None:
         raise RuntimeError("DATABASE_URL is not set; `jobq serve` starts an embedded server")
     return settings.database_url
-
-
-def repository_for(settings: Settings) -> Repository:
-    """The repository with the backoff and error-history policy of these settings."""
-    return Repository(
-        backoff=BackoffPolicy(
-            base_seconds=settings.backoff_base_seconds,
-            cap_seconds=settings.backoff_cap_seconds,
-            errors_kept=settings.errors_kept,
-            error_max_chars=settings.error_text_max_chars,
-        ),
-        instance=settings.instance_name or f"{socket.gethostname()}:{os.getpid()}",
-    )
 
 
 def _loops(settings: Settings, services: Services, hub: WaiterHub) -> list[Loop]:
@@ -155,14 +140,14 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     control_engine = create_control_engine(
         settings.direct_database_url or url, connect_timeout=settings.db_connect_timeout_seconds
     )
-    repository = repository_for(settings)
+    stores = stores_for(settings)
     hub = WaiterHub()
     results = ResultHub()  # parked job reads (GET /v1/jobs/{id}?wait_seconds=)
     keys = KeyRing(engine, interval_seconds=settings.auth_refresh_seconds)
     await _load_keys(keys)
     control = ControlChannel(
         engine=control_engine,
-        repository=repository,
+        store=stores.control,
         hub=hub,
         coalesce_window=settings.notify_coalesce_seconds,
         listeners={
@@ -180,7 +165,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         )
         if settings.coalesce
         else None,
-        repository=repository,
+        stores=stores,
         defaults=JobDefaults(
             max_attempts=settings.max_attempts_default,
             lease_seconds=settings.lease_seconds_default,

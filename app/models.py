@@ -88,7 +88,7 @@ jobs = Table(
         "lease_ended_by IN ('complete', 'fail', 'release', 'cancel', 'expire', 'timeout')",
         name="lease_ended_by",
     ),
-    # The window of instants both PostgreSQL and Python hold (app/queue/bounds.py).
+    # The window of instants both PostgreSQL and Python hold (app/domain/bounds.py).
     CheckConstraint(
         "run_at >= '1970-01-01 00:00:00+00' AND run_at < '9000-01-01 00:00:00+00'",
         name="run_at_window",

@@ -3,7 +3,7 @@
 This class is the one source of every default and configurable limit: the loops' configs take
 their defaults from it (:func:`setting_default`), and the request models the API validates and
 documents in OpenAPI are built from an instance of it (``app/api/schemas.py``). What the storage
-itself cannot hold (column ranges, the window of instants) is in ``app/queue/bounds.py``.
+itself cannot hold (column ranges, the window of instants) is in ``app/domain/bounds.py``.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any, Literal
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.domain.bounds import BACKOFF_CAP_SECONDS_MAX, LEASE_SECONDS_MAX, MAX_ATTEMPTS_MAX
 from app.domain.cron import CATCH_UP_MAX
-from app.queue.bounds import BACKOFF_CAP_SECONDS_MAX, LEASE_SECONDS_MAX, MAX_ATTEMPTS_MAX
 
 
 class Settings(BaseSettings):

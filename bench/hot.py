@@ -43,10 +43,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 from sqlalchemy.pool import NullPool
 
 from app.db import async_url, create_driver_pool
+from app.domain.types import BackoffPolicy, ClaimSlot
 from app.migrations import upgrade
-from app.queue.queries import statement
-from app.queue.repository import Repository
-from app.queue.types import BackoffPolicy, ClaimSlot
+from app.store.conn import Conn
+from app.store.jobs import JobStore
+from app.store.statements import statement
 from bench.harness import _admin
 from bench.plans import buffers, nodes, rows_touched
 
@@ -141,9 +142,9 @@ def _checkpoint(job_id: int, beat: int) -> dict[str, Any]:
 
 
 class Workload:
-    """The lifecycle of jobs through the repository: one driver connection, one for maintenance."""
+    """The lifecycle of jobs through the job store: one driver connection, one for maintenance."""
 
-    def __init__(self, repo: Repository, driver: Any, conn: AsyncConnection, stats: Stats) -> None:
+    def __init__(self, repo: JobStore, driver: Any, conn: AsyncConnection, stats: Stats) -> None:
         self.repo = repo
         self.driver = driver
         self.conn = conn
@@ -170,14 +171,16 @@ class Workload:
                 }
                 for k in range(min(BATCH, count - start))
             ]
-            await self.repo.job_enqueue(self.driver, items=items)
+            await self.repo.job_enqueue(Conn.of(self.driver), items=items)
 
     async def claim(self, count: int) -> list[dict[str, Any]]:
         held: list[dict[str, Any]] = []
         async with self.phase("claim"):
             while len(held) < count:
                 slots = [ClaimSlot(worker_id=f"w{k}") for k in range(min(BATCH, count - len(held)))]
-                outcome = await self.repo.job_claim(self.driver, queues=[QUEUE], slots=slots)
+                outcome = await self.repo.job_claim(
+                    Conn.of(self.driver), queues=[QUEUE], slots=slots
+                )
                 rows = getattr(outcome, "by_slot", outcome)  # a list before limits came
                 taken = [r for r in rows if r is not None]
                 if not taken:
@@ -193,7 +196,9 @@ class Workload:
         async with self.phase(name):
             for start in range(0, len(held), BATCH):
                 batch = held[start : start + BATCH]
-                taken = await method(self.driver, items=[{**item, **fields} for item in batch])
+                taken = await method(
+                    Conn.of(self.driver), items=[{**item, **fields} for item in batch]
+                )
                 if len(taken) != len(batch):
                     raise RuntimeError(f"{name}: {len(taken)} of {len(batch)} items taken")
 
@@ -208,7 +213,7 @@ class Workload:
                     }
                     for item in held[start : start + BATCH]
                 ]
-                taken = await self.repo.job_heartbeat(self.driver, items=items)
+                taken = await self.repo.job_heartbeat(Conn.of(self.driver), items=items)
                 if len(taken) != len(items):
                     raise RuntimeError(f"heartbeat: {len(taken)} of {len(items)} items taken")
 
@@ -258,10 +263,10 @@ class Workload:
         held = await self.claim(again)
         later = datetime.now(UTC) + timedelta(seconds=LEASE_SECONDS + 60)
         async with self.phase("reap"):
-            reaped = await self.repo.job_reap(self.conn, batch_size=jobs, now=later)
+            reaped = await self.repo.job_reap(Conn.of(self.conn), batch_size=jobs, now=later)
         async with self.phase("promote"):
             promoted = await self.repo.job_promote(
-                self.conn, batch_size=jobs, now=later + timedelta(hours=1)
+                Conn.of(self.conn), batch_size=jobs, now=later + timedelta(hours=1)
             )
         if len(reaped) != again or sum(promoted.values()) != again:
             raise RuntimeError(f"reaped {len(reaped)}, promoted {promoted} of {again}")
@@ -277,7 +282,7 @@ async def measure(url: str, variant: Variant, jobs: int) -> Result:
             for ddl in variant.extra:
                 await conn.execute(text(ddl))
             version = int(await driver.fetchval("SHOW server_version_num"))
-            repo = Repository(
+            repo = JobStore(
                 backoff=BackoffPolicy(
                     base_seconds=1.0, cap_seconds=60.0, errors_kept=10, error_max_chars=2000
                 )

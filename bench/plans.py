@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -101,6 +102,10 @@ class Explained:
         return {str(n["Index Name"]) for n in nodes(self.plan) if "Index Name" in n}
 
 
+# A named statement of app/store/sql (what a store hands its Conn), not SQL text.
+_STATEMENT_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+
 class _EmptyResult:
     """Stands in for a statement's result: the caller gets no rows, the plan is kept aside."""
 
@@ -149,10 +154,25 @@ class ExplainingConnection:
         return _EmptyResult()
 
     async def fetch(self, sql: str, *args: Any) -> list[Any]:
-        """The driver's call (the hot path's statements), EXPLAINed on the same connection."""
+        """The driver's call (the hot path's statements), EXPLAINed on the same connection.
+
+        Also the stores' ``Conn.fetch(name, params)`` (app/store/conn.py): a bare statement name
+        is looked up and run as the driver runs it, prepared with positional parameters.
+        """
+        if _STATEMENT_NAME.fullmatch(sql) and len(args) <= 1:
+            from app.store.statements import statement
+
+            named = statement(sql)
+            sql = named.positional[0]
+            args = tuple(named.arguments(dict(args[0] if args else {})))
         raw = await self.conn.get_raw_connection()
         driver: Any = raw.driver_connection
         self._keep(await driver.fetchval("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, *args))
+        return []
+
+    async def fetch_query(self, query: Any) -> list[Any]:
+        """The stores' ``Conn.fetch_query`` (a statement built with Core), EXPLAINed."""
+        await self.execute(query)
         return []
 
     def _keep(self, raw: Any) -> None:
@@ -252,38 +272,57 @@ def _list_filter(**fields: Any) -> Any:
     # Where ListFilter lives moved with the refactor of revision 0006; take it from either place.
     # Since revision 0010 its filters are a JobSearch.
     try:
-        from app.queue.types import ListFilter
+        from app.domain.types import ListFilter
     except ImportError:  # the code before revision 0006
         from app.queue.repository import ListFilter  # type: ignore[attr-defined,no-redef]
     try:
-        from app.queue.types import JobSearch
+        from app.domain.types import JobSearch
     except ImportError:
         return ListFilter(limit=51, **fields)
     return ListFilter(limit=51, search=JobSearch(**fields))
 
 
 def _dead() -> Any:
-    from app.queue import states
+    from app.domain import states
 
     return getattr(states, "VisibleStatus", states.JobStatus).DEAD
 
 
-def _repository() -> Any:
-    try:
-        from app.main import repository_for
-        from app.settings import Settings
-    except ImportError:  # the code before revision 0006
-        from app.queue import repository as old
+class _AnyStore:
+    """The stores (app/store/) as one object with every statement's method, as the repository was."""
 
-        return old.Repository(backoff=old.BackoffPolicy())  # type: ignore[call-arg]
-    return repository_for(Settings(database_url="postgresql://unused/unused"))
+    def __init__(self, stores: Any) -> None:
+        self._stores = [getattr(stores, f) for f in stores.__dataclass_fields__]
+
+    def __getattr__(self, name: str) -> Any:
+        for store in self._stores:
+            if hasattr(store, name):
+                return getattr(store, name)
+        raise AttributeError(name)
+
+
+def repository() -> Any:
+    from app.settings import Settings
+
+    settings = Settings(database_url="postgresql://unused/unused")
+    try:
+        from app.store import stores_for
+    except ImportError:  # the code before issue 19: one repository
+        try:
+            from app.main import repository_for  # type: ignore[attr-defined]
+        except ImportError:  # the code before revision 0006
+            from app.queue import repository as old  # type: ignore[attr-defined]
+
+            return old.Repository(backoff=old.BackoffPolicy())
+        return repository_for(settings)
+    return _AnyStore(stores_for(settings))
 
 
 async def _claim(repo: Any, conn: Any, queues: list[str], max_jobs: int) -> Any:
     # The claim's signature changed when claims began to share statements (slots), and again
     # when slots became ClaimSlot values (with the API key of the worker).
     try:
-        from app.queue.types import ClaimSlot
+        from app.domain.types import ClaimSlot
 
         slots: list[Any] = [ClaimSlot("bench", None, 30)] * max_jobs
     except ImportError:
@@ -358,7 +397,7 @@ async def measure(url: str, *, finished: int, scheduled: int) -> list[tuple[str,
     """Seeds the database at ``url`` and explains every probe; answers (name, plan) pairs."""
     from app.db import async_url
 
-    repo = _repository()
+    repo = repository()
     engine = create_async_engine(async_url(url))
     try:
         async with engine.begin() as conn:

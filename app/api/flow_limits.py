@@ -7,9 +7,8 @@ app/queue/flow_limits.py for how patterns match and README "Concurrency keys and
 # No ``from __future__ import annotations``: FastAPI reads the annotations at runtime.
 
 import re
-from collections.abc import Mapping
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Response, status
 from pydantic import BaseModel, Field, model_validator
@@ -18,9 +17,10 @@ from app.api.auth import requires
 from app.api.deps import Services
 from app.api.schemas import StrictModel
 from app.auth.keys import Permission, Principal
+from app.domain.bounds import MAX_BIGINT
+from app.domain.records import FlowLimit, FlowLimitUse
 from app.errors import PROBLEM, Forbidden
 from app.http.strict_json import StrictJSONRoute
-from app.queue.bounds import MAX_BIGINT
 
 Observer = Annotated[Principal, requires(Permission.OBSERVE)]
 Operator = Annotated[Principal, requires(Permission.OPERATE)]
@@ -95,21 +95,21 @@ class LimitList(BaseModel):
     limits: list[Limit]
 
 
-def _limit(data: Mapping[str, Any]) -> Limit:
+def _limit(data: FlowLimit) -> Limit:
     rate = (
-        Rate(limit=data["rate_limit"], per_seconds=data["rate_per_seconds"])
-        if data["rate_limit"] is not None
+        Rate(limit=data.rate_limit, per_seconds=data.rate_per_seconds)
+        if data.rate_limit is not None and data.rate_per_seconds is not None
         else None
     )
     return Limit(
-        id=data["id"],
-        scope=data["scope"],
-        pattern=data["pattern"],
-        max_running=data["max_running"],
+        id=data.id,
+        scope=data.scope,
+        pattern=data.pattern,
+        max_running=data.max_running,
         rate=rate,
-        running=int(data.get("running") or 0),
-        created_at=data["created_at"],
-        updated_at=data["updated_at"],
+        running=int(data.running or 0) if isinstance(data, FlowLimitUse) else 0,
+        created_at=data.created_at,
+        updated_at=data.updated_at,
     )
 
 
@@ -138,7 +138,7 @@ def build_router() -> APIRouter:
             rows = [
                 r
                 for r in rows
-                if r["scope"] == "queue" and "*" not in r["pattern"] and caller.covers(r["pattern"])
+                if r.scope == "queue" and "*" not in r.pattern and caller.covers(r.pattern)
             ]
         return LimitList(limits=[_limit(row) for row in rows])
 
@@ -163,7 +163,7 @@ def build_router() -> APIRouter:
             actor=caller.name,
             actor_key_id=caller.key_id,
         )
-        if row["created"]:
+        if row.created:
             response.status_code = status.HTTP_201_CREATED
         return _limit(row)
 

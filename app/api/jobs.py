@@ -21,12 +21,12 @@ from app.api.schemas import (
     new_job,
 )
 from app.auth.keys import Permission, Principal
+from app.domain.states import BulkAction, JobStatus
+from app.domain.types import JobSearch
 from app.errors import PROBLEM, IdempotencyKeyReused, InvalidInput
 from app.http.disconnect import client_gone
 from app.http.lean import LeanRoute
 from app.queue.services import Services as ServiceSet
-from app.queue.states import BulkAction, JobStatus
-from app.queue.types import JobSearch
 from app.settings import Settings
 
 
@@ -263,7 +263,7 @@ def build_router(settings: Settings) -> APIRouter:
         """
         if not wait_seconds:
             row = await services.jobs.get(job_id)
-            allow_queue(caller, row["queue"], field="path.job_id")
+            allow_queue(caller, row.queue, field="path.job_id")
             return json_response(job(row))
         # The scope first: a job outside it is never marked awaited.
         await _in_scope(caller, job_id, services)
@@ -274,7 +274,7 @@ def build_router(settings: Settings) -> APIRouter:
     async def _in_scope(caller: Principal, job_id: int, services: ServiceSet) -> None:
         # A job's queue never changes, so reading it before acting cannot race the action.
         if caller.scoped:
-            allow_queue(caller, (await services.jobs.get(job_id))["queue"], field="path.job_id")
+            allow_queue(caller, (await services.jobs.get(job_id)).queue, field="path.job_id")
 
     @router.post("/{job_id}/cancel", response_model=Job, responses={404: PROBLEM, 409: PROBLEM})
     async def cancel_job(

@@ -37,9 +37,9 @@ from starlette.types import ASGIApp
 from app.api.auth import requires
 from app.api.state import AppState
 from app.auth.keys import Permission, Principal
+from app.domain.types import JobEvent
 from app.http.timing import Histogram, RequestDurations, RequestTimer
 from app.maintenance.gauges import QueueGauges
-from app.queue.types import JobEvent
 
 # Queue wait and run time: from a few milliseconds to hours.
 JOB_BUCKETS: tuple[float, ...] = (
@@ -159,7 +159,7 @@ class _Scrape(Collector):
     def _queues(self) -> Iterator[Metric]:
         runtime = self.metrics.state.runtime
         gauges = _gauges_loop(runtime.runner.loops) if runtime is not None else None
-        rows = [r for r in (gauges.queues or ()) if self.visible(r["name"])] if gauges else []
+        rows = [r for r in (gauges.queues or ()) if self.visible(r.name)] if gauges else []
         depth = GaugeMetricFamily(
             "jobq_queue_jobs",
             "Jobs per queue and state, as the metrics loop last read them.",
@@ -175,9 +175,9 @@ class _Scrape(Collector):
         )
         for row in rows:
             for state in STATES:
-                depth.add_metric([row["name"], state], row[state])
-            oldest.add_metric([row["name"]], row["oldest_pending_age_seconds"] or 0.0)
-            paused.add_metric([row["name"]], int(row["paused"]))
+                depth.add_metric([row.name, state], getattr(row, state))
+            oldest.add_metric([row.name], row.oldest_pending_age_seconds or 0.0)
+            paused.add_metric([row.name], int(row.paused))
         yield depth
         yield oldest
         yield paused

@@ -4,6 +4,7 @@
 # inside build_router, which FastAPI must see as a type.
 
 from collections import defaultdict
+from dataclasses import asdict
 from datetime import datetime
 from typing import Annotated
 
@@ -52,17 +53,15 @@ def build_router(settings: Settings) -> APIRouter:
         """
         minutes: dict[str, dict[datetime, MinuteOutcomes]] = defaultdict(dict)
         for row in await services.ops.queue_throughput(minutes=60):
-            minute = minutes[row["queue"]].setdefault(
-                row["minute"], MinuteOutcomes(minute=row["minute"])
-            )
-            setattr(minute, row["outcome"], int(row["jobs"]))
+            minute = minutes[row.queue].setdefault(row.minute, MinuteOutcomes(minute=row.minute))
+            setattr(minute, row.outcome, int(row.jobs))
         return QueueList(
             queues=[
                 QueueStats.model_validate(
-                    {**dict(r), "last_hour": list(minutes.get(r["name"], {}).values())}
+                    {**asdict(r), "last_hour": list(minutes.get(r.name, {}).values())}
                 )
                 for r in await services.ops.queue_stats()
-                if caller.covers(r["name"])
+                if caller.covers(r.name)
             ]
         )
 
@@ -96,7 +95,7 @@ def build_router(settings: Settings) -> APIRouter:
             actor_key_id=caller.key_id,
         )
         response.status_code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
-        return QueueState.model_validate(dict(row))
+        return QueueState.model_validate(asdict(row))
 
     @router.delete(
         "/v1/queues/{name}",
@@ -125,7 +124,7 @@ def build_router(settings: Settings) -> APIRouter:
         row = await services.ops.set_paused(
             name, paused=True, actor=caller.name, actor_key_id=caller.key_id
         )
-        return QueueState.model_validate(dict(row))
+        return QueueState.model_validate(asdict(row))
 
     @router.post(
         "/v1/queues/{name}/resume",
@@ -138,7 +137,7 @@ def build_router(settings: Settings) -> APIRouter:
         row = await services.ops.set_paused(
             name, paused=False, actor=caller.name, actor_key_id=caller.key_id
         )
-        return QueueState.model_validate(dict(row))
+        return QueueState.model_validate(asdict(row))
 
     @router.get("/v1/workers", response_model=WorkerList)
     async def list_workers(caller: Observer, services: Services) -> WorkerList:
@@ -149,7 +148,7 @@ def build_router(settings: Settings) -> APIRouter:
         A key scoped to some queues sees only the jobs of those queues.
         """
         rows = await services.ops.workers(queue_patterns=caller.like_patterns())
-        return WorkerList(workers=[WorkerInfo.model_validate(dict(r)) for r in rows])
+        return WorkerList(workers=[WorkerInfo.model_validate(asdict(r)) for r in rows])
 
     @router.get("/v1/audit", response_model=AuditPage, responses={422: PROBLEM})
     async def list_audit(
@@ -183,7 +182,7 @@ def build_router(settings: Settings) -> APIRouter:
             queue_patterns=caller.like_patterns(),
         )
         return AuditPage(
-            entries=[AuditEntry.model_validate(dict(r)) for r in rows], next_cursor=next_cursor
+            entries=[AuditEntry.model_validate(asdict(r)) for r in rows], next_cursor=next_cursor
         )
 
     @router.get("/healthz", response_model=Health)

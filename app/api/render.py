@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -17,7 +17,8 @@ import orjson
 from fastapi import Response
 
 from app.api.schemas import Job
-from app.queue.types import LeaseOutcome
+from app.domain import records
+from app.domain.types import LeaseOutcome
 
 JOB_FIELDS: tuple[str, ...] = tuple(Job.model_fields)
 _OPTIONS = orjson.OPT_UTC_Z
@@ -29,15 +30,15 @@ def _default(value: object) -> object:
     raise TypeError(f"cannot encode {type(value).__name__} as JSON")
 
 
-def job(row: Mapping[Any, Any]) -> dict[str, Any]:
+def job(row: records.Job) -> dict[str, Any]:
     """A jobs row as the ``Job`` model shows it."""
-    return {name: row[name] for name in JOB_FIELDS}
+    return {name: getattr(row, name) for name in JOB_FIELDS}
 
 
-def claimed(row: Mapping[Any, Any]) -> dict[str, Any]:
+def claimed(row: records.Job) -> dict[str, Any]:
     """A claimed row as ``ClaimedJob``: the job and the number of this attempt."""
     data = job(row)
-    data["attempt"] = row["attempts"]
+    data["attempt"] = row.attempts
     return data
 
 
@@ -73,7 +74,7 @@ def json_response(content: object, *, status_code: int = 200) -> Response:
 
 
 def jobs_response(
-    rows: Iterable[Mapping[Any, Any]], *, key: str = "jobs", status_code: int = 200, **extra: Any
+    rows: Iterable[records.Job], *, key: str = "jobs", status_code: int = 200, **extra: Any
 ) -> Response:
     """``{"jobs": [...]}`` (plus ``extra`` fields) for a list of rows."""
     return json_response({key: [job(r) for r in rows], **extra}, status_code=status_code)

@@ -9,10 +9,10 @@ interval but not both) is checked by the queue core's ``Timing`` (app/domain/cro
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, JsonValue, StringConstraints
 
@@ -24,6 +24,8 @@ from app.api.schemas import (
     queue_name_doc,
     queue_name_rule,
 )
+from app.domain import records
+from app.domain.bounds import MAX_ATTEMPTS_MAX, MAX_INT4, MIN_INT4, TIMEOUT_SECONDS_MAX
 from app.domain.cron import (
     CRON_MAX_CHARS,
     DEFAULT_TIMEZONE,
@@ -37,7 +39,6 @@ from app.domain.cron import (
     Timing,
 )
 from app.errors import InvalidInput
-from app.queue.bounds import MAX_ATTEMPTS_MAX, MAX_INT4, MIN_INT4, TIMEOUT_SECONDS_MAX
 from app.settings import Settings, setting_default
 
 SCHEDULE_NAME_DOC = (
@@ -179,14 +180,14 @@ class SchedulePage(BaseModel):
     next_cursor: str | None
 
 
-def schedule_view(row: Mapping[str, Any]) -> Schedule:
+def schedule_view(row: records.Schedule) -> Schedule:
     """A schedule's row as the API shows it."""
     template = ScheduleTemplateView.model_validate(
-        {name: row[name] for name in ScheduleTemplateView.model_fields}
+        {name: getattr(row, name) for name in ScheduleTemplateView.model_fields}
     )
     return Schedule.model_validate(
         {
-            **{name: row[name] for name in Schedule.model_fields if name != "template"},
+            **{name: getattr(row, name) for name in Schedule.model_fields if name != "template"},
             "template": template,
         }
     )

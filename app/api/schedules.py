@@ -109,7 +109,7 @@ def build_router(settings: Settings) -> APIRouter:
     async def get_schedule(caller: Observer, name: Name, services: Services) -> Schedule:
         """One schedule (403 when its queue is outside the key's scopes)."""
         row = await services.schedules.get(name)
-        allow_queue(caller, row["queue"], field="path.name")
+        allow_queue(caller, row.queue, field="path.name")
         return schedule_view(row)
 
     @router.delete("/{name}", response_model=Schedule, responses=_CHANGE_ANSWERS)

@@ -5,7 +5,7 @@ text as a JSON string and a flag as ``true`` / ``false``; ``"30"``, ``1.0``, ``"
 errors naming the field, not guesses. Only values JSON has no type for (instants, UUIDs) are read
 from strings, and an instant must carry its offset from UTC.
 
-The request models here carry the bounds the storage holds (``app/queue/bounds.py``). Limits a
+The request models here carry the bounds the storage holds (``app/domain/bounds.py``). Limits a
 deployment may change (jobs per claim, leases per call, checkpoint size, ...) come from
 ``Settings``: each router subclasses these models with the values in force when the app is
 built, so validation and the OpenAPI document show the same numbers.
@@ -36,9 +36,7 @@ from pydantic import (
     model_validator,
 )
 
-from app.errors import InvalidInput
-from app.http.strict_json import parse_strict_json
-from app.queue.bounds import (
+from app.domain.bounds import (
     DELAY_SECONDS_MAX,
     LEASE_SECONDS_MAX,
     MAX_ATTEMPTS_MAX,
@@ -49,8 +47,10 @@ from app.queue.bounds import (
     TIMEOUT_SECONDS_MAX,
     instant_in_window,
 )
-from app.queue.states import BulkAction, JobStatus
-from app.queue.types import NewJob
+from app.domain.states import BulkAction, JobStatus
+from app.domain.types import NewJob
+from app.errors import InvalidInput
+from app.http.strict_json import parse_strict_json
 from app.settings import setting_default
 
 

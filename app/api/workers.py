@@ -16,10 +16,10 @@ from app.api.deps import Services
 from app.api.render import claimed, json_response, lease_results_response
 from app.api.schemas import ClaimResponse, LeaseResults, json_size_at_most
 from app.auth.keys import Permission, Principal
+from app.domain.types import NOT_GIVEN, LeaseUpdate
 from app.errors import PROBLEM
 from app.http.disconnect import client_gone
 from app.http.lean import LeanRoute
-from app.queue.types import NOT_GIVEN, LeaseUpdate
 from app.settings import Settings
 
 

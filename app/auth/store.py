@@ -1,8 +1,9 @@
-"""The ``api_keys`` table's statements: create, list, revoke, and the reads the key cache makes.
+"""API keys: create, list, revoke, and the reads the key cache makes, over KeyStore and AuditStore.
 
 Creating or revoking a key notifies ``jobq_keys`` in the same transaction, so every instance
 listening on its control connection reloads its cache as soon as the change commits; the same
-transaction records the operation in ``audit_log``.
+transaction records the operation in ``audit_log``. Callers hand a connection of either driver
+(or a store ``Conn``) and own the transaction; the SQL is app/store/sql/keys.sql.
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import exists, func, insert, select, text, update
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from app.auth.keys import Principal, Role, digest, new_secret
-from app.models import api_keys, audit_log
+from app.domain.records import KeyPrincipal
+from app.store.audit import AuditStore
+from app.store.conn import Conn
+from app.store.keys import KeyStore
 
 CHANNEL = "jobq_keys"
 
@@ -24,8 +25,8 @@ CHANNEL = "jobq_keys"
 # names "cli:<OS user>".
 INTERNAL_ACTOR = "internal"
 
-# What a principal is made of: the key's id, name, role and queue scopes.
-_PRINCIPAL_COLUMNS = (api_keys.c.id, api_keys.c.name, api_keys.c.role, api_keys.c.queues)
+_KEYS = KeyStore()
+_AUDIT = AuditStore()
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ class KeyInfo:
     revoked_at: datetime | None
 
 
-def _principal(row: Any) -> Principal:
+def _principal(row: KeyPrincipal) -> Principal:
     return Principal(
         key_id=row.id,
         name=row.name,
@@ -49,12 +50,12 @@ def _principal(row: Any) -> Principal:
     )
 
 
-async def _notify(conn: AsyncConnection) -> None:
-    await conn.execute(text("SELECT pg_notify(:channel, '')"), {"channel": CHANNEL})
+async def _notify(conn: Conn) -> None:
+    await _KEYS.key_notify(conn, channel=CHANNEL)
 
 
 async def _audit(
-    conn: AsyncConnection,
+    conn: Conn,
     *,
     action: str,
     outcome: str,
@@ -64,21 +65,20 @@ async def _audit(
     after: str | None = None,
     detail: dict[str, Any] | None = None,
 ) -> None:
-    await conn.execute(
-        insert(audit_log).values(
-            actor=actor,
-            action=action,
-            outcome=outcome,
-            key_name=name,
-            state_before=before,
-            state_after=after,
-            detail=detail,
-        )
+    await _AUDIT.audit_insert_key(
+        conn,
+        actor=actor,
+        action=action,
+        outcome=outcome,
+        key_name=name,
+        state_before=before,
+        state_after=after,
+        detail=detail,
     )
 
 
 async def create_key(
-    conn: AsyncConnection,
+    connection: Any,
     *,
     name: str,
     role: Role,
@@ -90,22 +90,11 @@ async def create_key(
     A taken name raises the database's unique violation (SQLSTATE 23505); the caller may record
     the refusal with :func:`record_refused_create` in a transaction of its own.
     """
-    key_id = (
-        await conn.execute(text("SELECT nextval(pg_get_serial_sequence('api_keys', 'id'))"))
-    ).scalar_one()
-    secret = new_secret(int(key_id))
-    await conn.execute(
-        text(
-            "INSERT INTO api_keys (id, name, role, queues, secret_sha256) OVERRIDING SYSTEM VALUE "
-            "VALUES (:id, :name, :role, :queues, :digest)"
-        ),
-        {
-            "id": key_id,
-            "name": name,
-            "role": role.value,
-            "queues": list(queues) if queues is not None else None,
-            "digest": digest(secret),
-        },
+    conn = Conn.of(connection)
+    key_id = await _KEYS.key_next_id(conn)
+    secret = new_secret(key_id)
+    await _KEYS.key_insert(
+        conn, key_id=key_id, name=name, role=role.value, queues=queues, digest=digest(secret)
     )
     await _audit(
         conn,
@@ -125,7 +114,7 @@ def _key_detail(role: Role, queues: Sequence[str] | None) -> dict[str, Any]:
 
 
 async def record_refused_create(
-    conn: AsyncConnection,
+    connection: Any,
     *,
     name: str,
     role: Role,
@@ -134,7 +123,7 @@ async def record_refused_create(
 ) -> None:
     """Records an attempt to create a key under a taken name (it changed nothing)."""
     await _audit(
-        conn,
+        Conn.of(connection),
         action="key.create",
         outcome="refused",
         name=name,
@@ -143,13 +132,8 @@ async def record_refused_create(
     )
 
 
-async def list_keys(conn: AsyncConnection) -> list[KeyInfo]:
+async def list_keys(connection: Any) -> list[KeyInfo]:
     """Every key, revoked ones included, oldest first."""
-    rows = await conn.execute(
-        select(*_PRINCIPAL_COLUMNS, api_keys.c.created_at, api_keys.c.revoked_at).order_by(
-            api_keys.c.id
-        )
-    )
     return [
         KeyInfo(
             id=r.id,
@@ -159,22 +143,17 @@ async def list_keys(conn: AsyncConnection) -> list[KeyInfo]:
             created_at=r.created_at,
             revoked_at=r.revoked_at,
         )
-        for r in rows
+        for r in await _KEYS.key_list(Conn.of(connection))
     ]
 
 
-async def revoke_key(conn: AsyncConnection, *, name: str, actor: str = INTERNAL_ACTOR) -> bool:
+async def revoke_key(connection: Any, *, name: str, actor: str = INTERNAL_ACTOR) -> bool:
     """Revokes a key by name; answers whether a live key of that name existed.
 
     Records the attempt, ``actor`` naming who made it: revoked, or refused (no live key).
     """
-    result = await conn.execute(
-        update(api_keys)
-        .where(api_keys.c.name == name, api_keys.c.revoked_at.is_(None))
-        .values(revoked_at=func.now())
-        .returning(api_keys.c.id)
-    )
-    revoked = result.first() is not None
+    conn = Conn.of(connection)
+    revoked = await _KEYS.key_revoke(conn, name=name)
     if revoked:
         await _audit(
             conn,
@@ -191,28 +170,20 @@ async def revoke_key(conn: AsyncConnection, *, name: str, actor: str = INTERNAL_
     return revoked
 
 
-async def live_keys(conn: AsyncConnection) -> tuple[dict[bytes, Principal], bool]:
+async def live_keys(connection: Any) -> tuple[dict[bytes, Principal], bool]:
     """The keys not revoked, by secret hash, and whether any key (revoked or not) exists."""
-    rows = await conn.execute(
-        select(*_PRINCIPAL_COLUMNS, api_keys.c.secret_sha256).where(api_keys.c.revoked_at.is_(None))
-    )
-    live = {bytes(r.secret_sha256): _principal(r) for r in rows}
-    any_key = bool(live) or bool((await conn.execute(select(exists(api_keys.select())))).scalar())
+    conn = Conn.of(connection)
+    live = {bytes(r.secret_sha256): _principal(r) for r in await _KEYS.key_live(conn)}
+    any_key = bool(live) or await _KEYS.key_any(conn)
     return live, any_key
 
 
-async def key_by_digest(conn: AsyncConnection, secret_digest: bytes) -> Principal | None:
+async def key_by_digest(connection: Any, secret_digest: bytes) -> Principal | None:
     """The live key with this secret hash, if any (for a key made after the cache was loaded)."""
-    row = (
-        await conn.execute(
-            select(*_PRINCIPAL_COLUMNS).where(
-                api_keys.c.secret_sha256 == secret_digest, api_keys.c.revoked_at.is_(None)
-            )
-        )
-    ).first()
+    row = await _KEYS.key_by_digest(Conn.of(connection), digest=secret_digest)
     return _principal(row) if row is not None else None
 
 
-async def any_keys(conn: AsyncConnection) -> bool:
+async def any_keys(connection: Any) -> bool:
     """Whether any key was ever made (revoked ones count: revoking every key keeps auth on)."""
-    return bool((await conn.execute(select(exists(api_keys.select())))).scalar())
+    return await _KEYS.key_any(Conn.of(connection))

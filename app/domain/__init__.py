@@ -1,1 +1,1 @@
-"""The core's pure parts: no I/O, no database; what the services and the API reason with."""
+"""The core's pure vocabulary: job states and transitions, bounds, value types and records (no I/O)."""

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from app.domain.records import QueueStats
 from app.queue.services import Services
-from app.queue.types import JobRow
 from app.settings import setting_default
 
 METRICS_REFRESH_DEFAULT: float = setting_default("metrics_refresh_seconds")
@@ -34,7 +34,7 @@ class QueueGauges:
         self.interval_seconds = interval_seconds
         # One row per queue (name, paused, a count per state, oldest_pending_age_seconds ...);
         # None until the first read.
-        self.queues: Sequence[JobRow] | None = None
+        self.queues: Sequence[QueueStats] | None = None
         # Schedules in error per queue, as last read (queues without any are absent).
         self.schedules_errored: Mapping[str, int] = {}
 

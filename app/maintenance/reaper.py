@@ -49,9 +49,9 @@ class Reaper(BatchLoop[ReaperConfig]):
     async def run_once(self, *, now: datetime | None = None) -> ReapCounts:
         """Reaps one batch (as of ``now``, default the database's now())."""
         rows = await self.services.upkeep.reap(batch_size=self.config.batch_size, now=now)
-        dead = sum(1 for r in rows if r["status"] == "dead")
+        dead = sum(1 for r in rows if r.status == "dead")
         return ReapCounts(
-            retried=len(rows) - dead, dead=dead, queues=frozenset(r["queue"] for r in rows)
+            retried=len(rows) - dead, dead=dead, queues=frozenset(r.queue for r in rows)
         )
 
     async def run_batch(self) -> int:

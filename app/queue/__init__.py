@@ -1,1 +1,1 @@
-"""The queue core: named SQL, the repository that runs it, and the job states."""
+"""The queue core's services: units of work over the stores, coalescing, waiters, schedules."""

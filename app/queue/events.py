@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 
-from app.queue.types import JobEvent
+from app.domain.types import JobEvent
 
 # Wakes up to ``count`` claims waiting on ``queue`` (waiters.ALL_QUEUES: every queue).
 Wake = Callable[[str, int], object]

@@ -11,16 +11,15 @@ queue cannot use up the slots or tokens another queue's jobs depend on.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from app.domain.records import FlowLimit, FlowLimitSet, FlowLimitUse
 from app.errors import NotFound
 from app.queue.events import Events
-from app.queue.repository import Repository
-from app.queue.types import JobRow
 from app.queue.unit import UnitOfWork, valid_id
 from app.queue.waiters import ALL_QUEUES
+from app.store import Stores
 
 SCOPES = ("key", "queue")
 # A flow_state row with nothing running, untouched this long (and past its bucket's refill
@@ -36,16 +35,16 @@ def like_pattern(glob: str) -> str:
 class LimitsService:
     """Lists, sets and deletes limits, auditing each change."""
 
-    def __init__(self, *, unit: UnitOfWork, repository: Repository, events: Events) -> None:
+    def __init__(self, *, unit: UnitOfWork, stores: Stores, events: Events) -> None:
         self.unit = unit
-        self.repo = repository
+        self.stores = stores
         self.events = events
 
-    async def list_all(self) -> list[JobRow]:
+    async def list_all(self) -> list[FlowLimitUse]:
         """Every limit, by scope and pattern, with the jobs running under it now."""
         async for attempt in self.unit.ops():
             async with attempt as conn:
-                rows = await self.repo.flow_limit_list(conn)
+                rows = await self.stores.flow_limits.flow_limit_list(conn)
         return rows
 
     async def put(
@@ -58,12 +57,12 @@ class LimitsService:
         rate_per_seconds: float | None,
         actor: str,
         actor_key_id: int | None,
-    ) -> JobRow:
+    ) -> FlowLimitSet:
         """Creates or replaces the limit of (scope, pattern); the row carries ``created``."""
 
         async for attempt in self.unit.ops(transaction=True):
             async with attempt as conn:
-                row = await self.repo.flow_limit_set(
+                row = await self.stores.flow_limits.flow_limit_set(
                     conn,
                     scope=scope,
                     pattern=pattern,
@@ -72,7 +71,7 @@ class LimitsService:
                     rate_limit=rate_limit,
                     rate_per_seconds=rate_per_seconds,
                 )
-                await self.repo.audit_insert(
+                await self.stores.audit.audit_insert(
                     conn,
                     actor=actor,
                     actor_key_id=actor_key_id,
@@ -84,16 +83,16 @@ class LimitsService:
         self.events.wake(ALL_QUEUES, 1)
         return row
 
-    async def delete(self, limit_id: int, *, actor: str, actor_key_id: int | None) -> JobRow:
+    async def delete(self, limit_id: int, *, actor: str, actor_key_id: int | None) -> FlowLimit:
         """Deletes one limit (``NotFound`` if unknown); jobs it held back may run at once."""
         if not valid_id(limit_id):
             raise NotFound(f"limit {limit_id} not found")
 
         async for attempt in self.unit.ops(transaction=True):
             async with attempt as conn:
-                row = await self.repo.flow_limit_delete(conn, limit_id=limit_id)
+                row = await self.stores.flow_limits.flow_limit_delete(conn, limit_id=limit_id)
                 if row is not None:
-                    await self.repo.audit_insert(
+                    await self.stores.audit.audit_insert(
                         conn,
                         actor=actor,
                         actor_key_id=actor_key_id,
@@ -117,18 +116,18 @@ class LimitsService:
 
         async for attempt in self.unit.ops():
             async with attempt as conn:
-                pruned = await self.repo.flow_state_prune(
+                pruned = await self.stores.flow_limits.flow_state_prune(
                     conn, batch_size=batch_size, idle_seconds=idle_seconds, now=now
                 )
         return pruned
 
 
-def _detail(row: Mapping[str, Any]) -> dict[str, Any]:
+def _detail(row: FlowLimit) -> dict[str, Any]:
     return {
-        "id": row["id"],
-        "scope": row["scope"],
-        "pattern": row["pattern"],
-        "max_running": row["max_running"],
-        "rate_limit": row["rate_limit"],
-        "rate_per_seconds": row["rate_per_seconds"],
+        "id": row.id,
+        "scope": row.scope,
+        "pattern": row.pattern,
+        "max_running": row.max_running,
+        "rate_limit": row.rate_limit,
+        "rate_per_seconds": row.rate_per_seconds,
     }

@@ -15,24 +15,25 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from app.errors import DatabaseUnavailable, IdempotencyKeyReused, InvalidTransition, NotFound
-from app.queue.coalesce import Coalescer
-from app.queue.events import Events
-from app.queue.repository import Driver, Repository
-from app.queue.states import JobStatus
-from app.queue.types import (
+from app.domain.records import Job
+from app.domain.states import JobStatus
+from app.domain.types import (
     ClaimOutcome,
     ClaimSlot,
     JobDefaults,
     JobEvent,
-    JobRow,
     LeaseOutcome,
     LeaseTransition,
     LeaseUpdate,
     NewJob,
 )
+from app.errors import DatabaseUnavailable, IdempotencyKeyReused, InvalidTransition, NotFound
+from app.queue.coalesce import Coalescer
+from app.queue.events import Events
 from app.queue.unit import TRANSACTION_TRIES, UnitOfWork, valid_id
 from app.queue.waiters import WaiterHub, wait_either
+from app.store import Stores
+from app.store.conn import Conn
 
 # While any limit exists, a claim reads this many candidates per slot, so jobs over a limit can
 # be skipped for the next eligible ones.
@@ -61,14 +62,14 @@ class JobService:
         self,
         *,
         unit: UnitOfWork,
-        repository: Repository,
+        stores: Stores,
         events: Events,
         hub: WaiterHub,
         defaults: JobDefaults,
         coalescing: CoalescingPolicy | None = None,
     ) -> None:
         self.unit = unit
-        self.repo = repository
+        self.stores = stores
         self.events = events
         # Parked (long-polling) claims of this instance.
         self.hub = hub
@@ -76,8 +77,8 @@ class JobService:
         # Concurrent requests of one kind share statements (app/queue/coalesce.py); None: off.
         self.coalescing = coalescing
         self._leases: dict[LeaseTransition, Coalescer[LeaseUpdate, LeaseOutcome]] = {}
-        self._claims: dict[tuple[str, ...], Coalescer[ClaimSlot, JobRow | None]] = {}
-        self._enqueues: Coalescer[NewJob, tuple[JobRow, bool] | Exception] | None = None
+        self._claims: dict[tuple[str, ...], Coalescer[ClaimSlot, Job | None]] = {}
+        self._enqueues: Coalescer[NewJob, tuple[Job, bool] | Exception] | None = None
         # What the last claim said of the limits (app/queue/sql/jobs.sql, job_claim): whether
         # any exist, and per set of queues when an empty token bucket refills.
         self._flow_active = False
@@ -102,20 +103,20 @@ class JobService:
     # -- producers ---------------------------------------------------------------------------
 
     async def _enqueue_statement(
-        self, conn: Driver, jobs: Sequence[NewJob], *, singles: bool
-    ) -> list[tuple[JobRow, bool] | Exception]:
+        self, conn: Conn, jobs: Sequence[NewJob], *, singles: bool
+    ) -> list[tuple[Job, bool] | Exception]:
         """Inserts the jobs; answers per job its row and whether it was created, or its error.
 
         ``singles``: each job is a call of its own (coalesced single enqueues), so an error
         names position 0; otherwise the jobs are one call's, named by their position.
         """
-        rows = await self.repo.job_enqueue(conn, jobs=jobs)
+        rows = await self.stores.jobs.job_enqueue(conn, jobs=jobs)
         skipped = [i for i, row in enumerate(rows) if row is None]
-        existing: Mapping[tuple[str, str], JobRow] = {}
+        existing: Mapping[tuple[str, str], Job] = {}
         if skipped:
             keys = [(jobs[i].queue, jobs[i].idempotency_key or "") for i in skipped]
-            existing = await self.repo.job_get_by_idempotency_keys(conn, keys=keys)
-        answered: list[tuple[JobRow, bool] | Exception] = []
+            existing = await self.stores.jobs.job_get_by_idempotency_keys(conn, keys=keys)
+        answered: list[tuple[Job, bool] | Exception] = []
         for i, row in enumerate(rows):
             if row is not None:
                 answered.append((row, True))
@@ -125,7 +126,7 @@ class JobService:
             if found is None:
                 # The conflicting job was deleted between the two statements: try again.
                 answered.append(_Retry())
-            elif found["idempotency_hash"] != jobs[i].fingerprint:
+            elif found.idempotency_hash != jobs[i].fingerprint:
                 answered.append(
                     IdempotencyKeyReused(
                         f"idempotency key {key[1]!r} of queue {key[0]!r} was used for a "
@@ -138,24 +139,24 @@ class JobService:
         self.unit.statements["enqueue"] += 1
         return answered
 
-    def _announce_created(self, answered: Sequence[tuple[JobRow, bool] | Exception]) -> None:
+    def _announce_created(self, answered: Sequence[tuple[Job, bool] | Exception]) -> None:
         """Tells observers of the jobs a committed enqueue created; wakes waiters for the due ones."""
         self.events.publish(
             [
-                JobEvent("enqueued", a[0]["id"], a[0]["queue"], status=a[0]["status"])
+                JobEvent("enqueued", a[0].id, a[0].queue, status=a[0].status)
                 for a in answered
                 if isinstance(a, tuple) and a[1]
             ]
         )
         self.events.wake_queues(
-            a[0]["queue"]
+            a[0].queue
             for a in answered
-            if isinstance(a, tuple) and a[1] and a[0]["status"] == JobStatus.PENDING
+            if isinstance(a, tuple) and a[1] and a[0].status == JobStatus.PENDING
         )
 
     async def _enqueue_singles(
         self, jobs: Sequence[NewJob]
-    ) -> Sequence[tuple[JobRow, bool] | Exception]:
+    ) -> Sequence[tuple[Job, bool] | Exception]:
         """One statement for the single enqueues of many requests (each stands alone)."""
 
         async for attempt in self.unit.hot():
@@ -164,7 +165,7 @@ class JobService:
         self._announce_created(answered)  # after the commit: a woken claim must see the jobs
         return answered
 
-    async def enqueue(self, new_jobs: Sequence[NewJob]) -> list[tuple[JobRow, bool]]:
+    async def enqueue(self, new_jobs: Sequence[NewJob]) -> list[tuple[Job, bool]]:
         """Enqueues jobs, all or nothing; answers each job and whether this call created it.
 
         A job whose idempotency key exists with the same request is answered as it is; with a
@@ -187,7 +188,7 @@ class JobService:
             return outcome
         raise InvalidTransition("the idempotency key's job kept being deleted; retry")
 
-    async def _enqueue_batch(self, jobs: Sequence[NewJob]) -> list[tuple[JobRow, bool]] | _Retry:
+    async def _enqueue_batch(self, jobs: Sequence[NewJob]) -> list[tuple[Job, bool]] | _Retry:
         any_keys = any(job.idempotency_key is not None for job in jobs)
 
         try:
@@ -206,14 +207,14 @@ class JobService:
 
     # -- reads -------------------------------------------------------------------------------
 
-    async def get(self, job_id: int) -> JobRow:
+    async def get(self, job_id: int) -> Job:
         """One job; ``NotFound`` for unknown or out-of-range ids."""
         if not valid_id(job_id):
             raise NotFound(f"job {job_id} not found")
 
         async for attempt in self.unit.hot(idempotent=True):
             async with attempt as conn:
-                row = await self.repo.job_get(conn, job_id=job_id)
+                row = await self.stores.jobs.job_get(conn, job_id=job_id)
         if row is None:
             raise NotFound(f"job {job_id} not found")
         return row
@@ -222,13 +223,13 @@ class JobService:
         """Fails when the database does not answer (through the hot path's pool)."""
         async for attempt in self.unit.hot(idempotent=True):
             async with attempt as conn:
-                await self.repo.health_ping(conn)
+                await self.stores.control.health_ping(conn)
 
     # -- workers -----------------------------------------------------------------------------
 
     async def _claim_slots(
         self, queues: tuple[str, ...], slots: Sequence[ClaimSlot]
-    ) -> Sequence[JobRow | None]:
+    ) -> Sequence[Job | None]:
         """One claim statement for the slots of one or many claim requests on these queues.
 
         While no limit exists this is the lean claim statement. Once limits exist (the lean one
@@ -239,7 +240,7 @@ class JobService:
         them), or created rows, the slots left empty are claimed again, up to FLOW_TRIES
         statements in all.
         """
-        by_slot: list[JobRow | None] = [None] * len(slots)
+        by_slot: list[Job | None] = [None] * len(slots)
         empty = list(range(len(slots)))
         for _ in range(FLOW_TRIES):
             limited = self._flow_active
@@ -256,7 +257,9 @@ class JobService:
             if outcome.flow_missing:
                 async for attempt in self.unit.hot():
                     async with attempt as conn:
-                        await self.repo.flow_state_create(conn, keys=outcome.flow_missing)
+                        await self.stores.flow_limits.flow_state_create(
+                            conn, keys=outcome.flow_missing
+                        )
             elif not outcome.flow_skipped and not outcome.flow_refused:
                 break
             if not empty:
@@ -270,11 +273,11 @@ class JobService:
         async for attempt in self.unit.hot():
             async with attempt as conn:
                 if limited:
-                    outcome = await self.repo.job_claim_limited(
+                    outcome = await self.stores.jobs.job_claim_limited(
                         conn, queues=queues, slots=slots, window=FLOW_WINDOW
                     )
                 else:
-                    outcome = await self.repo.job_claim(conn, queues=queues, slots=slots)
+                    outcome = await self.stores.jobs.job_claim(conn, queues=queues, slots=slots)
         return outcome
 
     def _flow_noted(self, queues: tuple[str, ...], outcome: ClaimOutcome) -> None:
@@ -294,7 +297,7 @@ class JobService:
         queues: Sequence[str],
         max_jobs: int,
         lease_seconds: int | None,
-    ) -> list[JobRow]:
+    ) -> list[Job]:
         key = tuple(sorted(set(queues)))
         slots = [ClaimSlot(worker_id, key_id, lease_seconds)] * max_jobs
         if self.coalescing is None:
@@ -315,12 +318,12 @@ class JobService:
             [
                 JobEvent(
                     "claimed",
-                    row["id"],
-                    row["queue"],
-                    status=row["status"],
+                    row.id,
+                    row.queue,
+                    status=row.status,
                     worker_id=worker_id,
                     key_id=key_id,
-                    attempt=row["attempts"],
+                    attempt=row.attempts,
                     waited_seconds=_waited(row),
                 )
                 for row in claimed
@@ -338,7 +341,7 @@ class JobService:
         wait_seconds: float = 0,
         stop: asyncio.Event | None = None,
         key_id: int | None = None,
-    ) -> list[JobRow]:
+    ) -> list[Job]:
         """Leases up to ``max_jobs`` due jobs; with ``wait_seconds``, long-polls until one comes.
 
         The leases go to ``worker_id`` within the API key ``key_id`` (``None`` without keys):
@@ -353,7 +356,7 @@ class JobService:
         or when the instance shuts down.
         """
 
-        async def attempt() -> list[JobRow]:
+        async def attempt() -> list[Job]:
             return await self._claim_once(
                 worker_id=worker_id,
                 key_id=key_id,
@@ -403,8 +406,8 @@ class JobService:
                 for queue in waiter.queues:
                     self.hub.notify(queue, 1)
 
-    async def _give_back(self, worker_id: str, key_id: int | None, jobs: Sequence[JobRow]) -> None:
-        items = [LeaseUpdate(job_id=j["id"], lease_id=str(j["lease_id"])) for j in jobs]
+    async def _give_back(self, worker_id: str, key_id: int | None, jobs: Sequence[Job]) -> None:
+        items = [LeaseUpdate(job_id=j.id, lease_id=str(j.lease_id)) for j in jobs]
         await self.release(worker_id=worker_id, key_id=key_id, items=items)
 
     # Each lease call names the worker (its id within the API key ``key_id``, ``None`` without
@@ -460,10 +463,10 @@ class JobService:
         because of a snapshot taken before the row it waited for was committed.
         """
         statement = {
-            LeaseTransition.HEARTBEAT: self.repo.job_heartbeat,
-            LeaseTransition.COMPLETE: self.repo.job_complete,
-            LeaseTransition.FAIL: self.repo.job_fail,
-            LeaseTransition.RELEASE: self.repo.job_release,
+            LeaseTransition.HEARTBEAT: self.stores.jobs.job_heartbeat,
+            LeaseTransition.COMPLETE: self.stores.jobs.job_complete,
+            LeaseTransition.FAIL: self.stores.jobs.job_fail,
+            LeaseTransition.RELEASE: self.stores.jobs.job_release,
         }[transition]
 
         self.unit.statements[f"lease_{transition.value}"] += 1
@@ -474,7 +477,7 @@ class JobService:
                 missed = [i for i in range(len(items)) if i not in taken]
                 judged: dict[int, LeaseOutcome] = {}
                 if missed:
-                    verdicts = await self.repo.job_lease_verdict(
+                    verdicts = await self.stores.jobs.job_lease_verdict(
                         conn, transition=transition, items=[items[i] for i in missed]
                     )
                     judged = dict(zip(missed, verdicts, strict=True))
@@ -505,9 +508,10 @@ class JobService:
         return outcomes
 
 
-def _waited(row: JobRow) -> float:
+def _waited(row: Job) -> float:
     """Seconds a claimed job was due before its claim, from the row's own (PostgreSQL) times."""
-    waited: float = (row["started_at"] - row["run_at"]).total_seconds()
+    started = row.started_at or row.run_at  # a claimed row always has started_at
+    waited: float = (started - row.run_at).total_seconds()
     return max(waited, 0.0)
 
 

@@ -13,12 +13,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from app.domain.records import (
+    AuditEntry,
+    BulkCandidate,
+    Job,
+    QueuePut,
+    QueueStats,
+    QueueSwitch,
+    QueueThroughput,
+    WorkerLeases,
+)
+from app.domain.states import BulkAction, JobStatus, Operation, bulk_states, bulk_states_allowed
+from app.domain.types import AuditFilter, BulkOutcome, JobEvent, JobSearch, ListFilter
 from app.errors import InvalidInput, InvalidTransition, NotFound, QueueNotEmpty
 from app.queue.events import Events
-from app.queue.repository import AuditFilter, Repository
-from app.queue.states import BulkAction, JobStatus, Operation, bulk_states, bulk_states_allowed
-from app.queue.types import BulkOutcome, JobEvent, JobRow, JobSearch, ListFilter
 from app.queue.unit import UnitOfWork, decode_cursor, encode_cursor, states_of, valid_id
+from app.store import Stores
 
 # Who the audit trail names for an ops action called from inside the process with no actor.
 INTERNAL_ACTOR = "internal"
@@ -50,12 +60,12 @@ class OpsService:
         self,
         *,
         unit: UnitOfWork,
-        repository: Repository,
+        stores: Stores,
         events: Events,
         bulk_batch_size: int = 1000,
     ) -> None:
         self.unit = unit
-        self.repo = repository
+        self.stores = stores
         self.events = events
         self.bulk_batch_size = bulk_batch_size
 
@@ -63,7 +73,7 @@ class OpsService:
 
     async def search(
         self, search: JobSearch, *, limit: int, after: str | None
-    ) -> tuple[list[JobRow], str | None]:
+    ) -> tuple[list[Job], str | None]:
         """A page of the jobs a search covers, newest first, and the next page's cursor
         (``None`` at the end). Keyset pagination by id: a page costs its rows, never an OFFSET.
         """
@@ -75,31 +85,31 @@ class OpsService:
 
         async for attempt in self.unit.ops():
             async with attempt as conn:
-                rows = await self.repo.job_list(conn, where=where)
+                rows = await self.stores.jobs.job_list(conn, where=where)
         next_cursor = encode_cursor(rows[limit - 1]["id"]) if len(rows) > limit else None
         return rows[:limit], next_cursor
 
-    async def queue_stats(self) -> list[JobRow]:
+    async def queue_stats(self) -> list[QueueStats]:
         """Counts per queue and state."""
         async for attempt in self.unit.ops():
             async with attempt as conn:
-                stats = await self.repo.queue_stats(conn)
+                stats = await self.stores.queues.queue_stats(conn)
         return stats
 
-    async def queue_throughput(self, *, minutes: int = 60) -> list[JobRow]:
+    async def queue_throughput(self, *, minutes: int = 60) -> list[QueueThroughput]:
         """Outcomes per queue and minute (queue, minute, outcome, jobs) over the last ``minutes``."""
 
         async for attempt in self.unit.ops():
             async with attempt as conn:
-                rows = await self.repo.queue_throughput(conn, minutes=minutes)
+                rows = await self.stores.queues.queue_throughput(conn, minutes=minutes)
         return rows
 
-    async def workers(self, *, queue_patterns: Sequence[str] | None = None) -> list[JobRow]:
+    async def workers(self, *, queue_patterns: Sequence[str] | None = None) -> list[WorkerLeases]:
         """Workers holding leases now; with ``queue_patterns`` (LIKE), only in matching queues."""
 
         async for attempt in self.unit.ops():
             async with attempt as conn:
-                rows = await self.repo.worker_list(conn, queue_patterns=queue_patterns)
+                rows = await self.stores.jobs.worker_list(conn, queue_patterns=queue_patterns)
         return rows
 
     # -- bulk actions ------------------------------------------------------------------------
@@ -120,7 +130,7 @@ class OpsService:
 
         async for attempt in self.unit.ops():
             async with attempt as conn:
-                count = await self.repo.job_count(conn, search=search, statuses=states)
+                count = await self.stores.jobs.job_count(conn, search=search, statuses=states)
         return count
 
     async def bulk(
@@ -143,13 +153,13 @@ class OpsService:
         states = self._bulk_states(action, search)
         async for attempt in self.unit.ops():
             async with attempt as conn:
-                below = await self.repo.job_id_ceiling(conn)
+                below = await self.stores.jobs.job_id_ceiling(conn)
         changed = 0
         batches = 0
         while below is not None:
             async for attempt in self.unit.ops():
                 async with attempt as conn:
-                    rows = await self.repo.job_bulk_batch(
+                    rows = await self.stores.jobs.job_bulk_batch(
                         conn,
                         action=action,
                         search=search,
@@ -160,18 +170,18 @@ class OpsService:
             if not rows:
                 break
             batches += 1
-            moved = [r for r in rows if r["changed"]]
+            moved = [r for r in rows if r.changed]
             changed += len(moved)
             self._bulk_committed(action, moved)
             if len(rows) < self.bulk_batch_size:
                 break
-            below = min(r["id"] for r in rows)
+            below = min(r.id for r in rows)
 
         detail = {"search": _search_detail(search), "jobs": changed, "batches": batches}
 
         async for attempt in self.unit.ops():
             async with attempt as conn:
-                await self.repo.audit_insert(
+                await self.stores.audit.audit_insert(
                     conn,
                     actor=actor,
                     actor_key_id=actor_key_id,
@@ -182,15 +192,15 @@ class OpsService:
                 )
         return BulkOutcome(action=action, changed=changed, batches=batches)
 
-    def _bulk_committed(self, action: BulkAction, moved: Sequence[JobRow]) -> None:
+    def _bulk_committed(self, action: BulkAction, moved: Sequence[BulkCandidate]) -> None:
         """Tells observers of a committed batch and wakes waiters for retried jobs."""
         kind = _BULK_EVENT.get(action)
         if kind is None:
             return
         status = JobStatus.PENDING if action is BulkAction.RETRY else JobStatus.CANCELLED
-        self.events.publish([JobEvent(kind, r["id"], r["queue"], status=status) for r in moved])
+        self.events.publish([JobEvent(kind, r.id, r.queue, status=status) for r in moved])
         if action is BulkAction.RETRY:
-            self.events.wake_queues(r["queue"] for r in moved)
+            self.events.wake_queues(r.queue for r in moved)
 
     # -- ops actions -------------------------------------------------------------------------
 
@@ -202,7 +212,7 @@ class OpsService:
 
     async def cancel(
         self, job_id: int, *, actor: str = INTERNAL_ACTOR, actor_key_id: int | None = None
-    ) -> JobRow:
+    ) -> Job:
         """Cancels a scheduled, pending or running job; cancelling a cancelled job answers it.
 
         One statement locks the row, decides and answers, so the answer is the job's state as
@@ -215,30 +225,28 @@ class OpsService:
 
         async for attempt in self.unit.ops(transaction=True):
             async with attempt as conn:
-                outcome = await self.repo.job_cancel(conn, job_id=job_id)
+                outcome = await self.stores.jobs.job_cancel(conn, job_id=job_id)
                 if outcome is not None and (
-                    outcome.changed or outcome.job["status"] == JobStatus.CANCELLED
+                    outcome.changed or outcome.job.status == JobStatus.CANCELLED
                 ):
-                    await self.repo.audit_insert(
+                    await self.stores.audit.audit_insert(
                         conn,
                         actor=actor,
                         actor_key_id=actor_key_id,
                         action="job.cancel",
                         outcome="changed" if outcome.changed else "unchanged",
-                        queue=outcome.job["queue"],
+                        queue=outcome.job.queue,
                         job_id=job_id,
-                        state_before=outcome.job["status_before"],
-                        state_after=outcome.job["status"],
+                        state_before=outcome.status_before,
+                        state_after=outcome.job.status,
                     )
         if outcome is None:
             raise NotFound(f"job {job_id} not found")
-        status = outcome.job["status"]
+        status = outcome.job.status
         if outcome.changed:
-            self.events.publish(
-                [JobEvent("cancelled", job_id, outcome.job["queue"], status=status)]
-            )
-            if outcome.job["status_before"] == JobStatus.RUNNING and outcome.job.get("flow_keys"):
-                self.events.wake(outcome.job["queue"], 1)  # its running slots are free again
+            self.events.publish([JobEvent("cancelled", job_id, outcome.job.queue, status=status)])
+            if outcome.status_before == JobStatus.RUNNING and outcome.job.flow_keys:
+                self.events.wake(outcome.job.queue, 1)  # its running slots are free again
         if outcome.changed or status == JobStatus.CANCELLED:
             return outcome.job
         raise InvalidTransition(
@@ -247,22 +255,22 @@ class OpsService:
 
     async def retry(
         self, job_id: int, *, actor: str = INTERNAL_ACTOR, actor_key_id: int | None = None
-    ) -> JobRow:
+    ) -> Job:
         """Puts a dead, cancelled or succeeded job back to pending with attempts reset."""
         if not valid_id(job_id):
             raise NotFound(f"job {job_id} not found")
 
         async for attempt in self.unit.ops():
             async with attempt as conn:
-                outcome = await self.repo.job_retry(
+                outcome = await self.stores.jobs.job_retry(
                     conn, job_id=job_id, actor=actor, actor_key_id=actor_key_id
                 )
         if outcome is None:
             raise NotFound(f"job {job_id} not found")
         if outcome.changed:
-            self.events.wake(outcome.job["queue"], 1)
+            self.events.wake(outcome.job.queue, 1)
             self.events.publish(
-                [JobEvent("retried", job_id, outcome.job["queue"], status=outcome.job["status"])]
+                [JobEvent("retried", job_id, outcome.job.queue, status=outcome.job.status)]
             )
             return outcome.job
         raise InvalidTransition(
@@ -277,12 +285,12 @@ class OpsService:
         paused: bool,
         actor: str = INTERNAL_ACTOR,
         actor_key_id: int | None = None,
-    ) -> JobRow:
+    ) -> QueueSwitch:
         """Pauses or resumes a queue; resuming wakes the queue's waiters."""
 
         async for attempt in self.unit.ops():
             async with attempt as conn:
-                row = await self.repo.queue_set_paused(
+                row = await self.stores.queues.queue_set_paused(
                     conn, name=name, paused=paused, actor=actor, actor_key_id=actor_key_id
                 )
         if row is None:
@@ -301,7 +309,7 @@ class OpsService:
         paused: bool | None,
         actor: str = INTERNAL_ACTOR,
         actor_key_id: int | None = None,
-    ) -> tuple[JobRow, bool]:
+    ) -> tuple[QueuePut, bool]:
         """Creates a queue, or sets a known queue's switch; the queue and whether it was created.
 
         ``paused`` ``None`` keeps the switch (a new queue is active). Resuming wakes the
@@ -310,12 +318,12 @@ class OpsService:
 
         async for attempt in self.unit.ops():
             async with attempt as conn:
-                row = await self.repo.queue_put(
+                row = await self.stores.queues.queue_put(
                     conn, name=name, paused=paused, actor=actor, actor_key_id=actor_key_id
                 )
         if paused is False:
             self.events.wake(name, RESUME_WAKE_COUNT)
-        return row, bool(row["created"])
+        return row, bool(row.created)
 
     async def queue_delete(
         self, name: str, *, actor: str = INTERNAL_ACTOR, actor_key_id: int | None = None
@@ -328,12 +336,12 @@ class OpsService:
 
         async for attempt in self.unit.ops():
             async with attempt as conn:
-                row = await self.repo.queue_delete(
+                row = await self.stores.queues.queue_delete(
                     conn, name=name, actor=actor, actor_key_id=actor_key_id
                 )
-        if row["deleted"]:
+        if row.deleted:
             return
-        unfinished, finished = int(row["unfinished"]), int(row["finished"])
+        unfinished, finished = int(row.unfinished), int(row.finished)
         if unfinished or finished:
             raise QueueNotEmpty(
                 f"queue {name} still holds {unfinished} unfinished and {finished} finished jobs: "
@@ -351,7 +359,7 @@ class OpsService:
         limit: int,
         after: str | None,
         queue_patterns: Sequence[str] | None = None,
-    ) -> tuple[list[JobRow], str | None]:
+    ) -> tuple[list[AuditEntry], str | None]:
         """A page of the audit trail, newest first, and the next page's cursor (``None`` at the end).
 
         ``queue_patterns`` (SQL LIKE patterns) keeps only entries of matching queues, which
@@ -367,6 +375,6 @@ class OpsService:
 
         async for attempt in self.unit.ops():
             async with attempt as conn:
-                rows = await self.repo.audit_list(conn, where=where)
+                rows = await self.stores.audit.audit_list(conn, where=where)
         next_cursor = encode_cursor(rows[limit - 1]["id"]) if len(rows) > limit else None
         return rows[:limit], next_cursor

@@ -20,12 +20,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+from app.domain.records import Job
+from app.domain.states import FINISHED
 from app.errors import NotFound
-from app.queue.repository import Driver, Repository
-from app.queue.states import FINISHED
-from app.queue.types import JobRow
 from app.queue.unit import TRANSACTION_TRIES, UnitOfWork, valid_id
 from app.queue.waiters import wait_either
+from app.store import Stores
+from app.store.conn import Conn
 
 # The channel the trigger notifies on (migration 0012); the payload is the job id as text.
 CHANNEL = "jobq_finished"
@@ -122,15 +123,15 @@ class ResultHub:
 class ResultService:
     """Awaiting results: a read that parks until its job finishes, and the backstop's check."""
 
-    def __init__(self, *, unit: UnitOfWork, repository: Repository, hub: ResultHub) -> None:
+    def __init__(self, *, unit: UnitOfWork, stores: Stores, hub: ResultHub) -> None:
         self.unit = unit
-        self.repo = repository
+        self.stores = stores
         # Parked reads of this instance, woken by jobq_finished notifications.
         self.hub = hub
 
     async def wait(
         self, job_id: int, *, wait_seconds: float, stop: asyncio.Event | None = None
-    ) -> JobRow:
+    ) -> Job:
         """One job, once it is finished (succeeded, dead, cancelled) or ``wait_seconds`` passed.
 
         A job finished already, or ``wait_seconds`` 0, is answered at once; ``NotFound`` for an
@@ -154,7 +155,7 @@ class ResultService:
         waiter = self.hub.register(job_id)
         try:
             row = await self._mark_awaited(job_id)
-            while row["status"] not in FINISHED:
+            while row.status not in FINISHED:
                 remaining = deadline - loop.time()
                 if remaining <= 0 or stop.is_set() or self.hub.closed:
                     return row
@@ -167,7 +168,7 @@ class ResultService:
         finally:
             self.hub.unregister(waiter)
 
-    async def _mark_awaited(self, job_id: int) -> JobRow:
+    async def _mark_awaited(self, job_id: int) -> Job:
         """The job after marking it awaited, or as found when finished or awaited already."""
         self.unit.statements["await_mark"] += 1
         # Marking twice marks once.
@@ -182,31 +183,31 @@ class ResultService:
         """Which of these jobs are finished or gone (the result backstop's check)."""
         async for attempt in self.unit.ops():
             async with attempt as conn:
-                settled = await self.repo.job_await_settled(conn, job_ids=job_ids)
+                settled = await self.stores.jobs.job_await_settled(conn, job_ids=job_ids)
         return settled
 
-    async def _get(self, job_id: int) -> JobRow:
+    async def _get(self, job_id: int) -> Job:
         """The job as it is now; ``NotFound`` when it is unknown or gone."""
         if not valid_id(job_id):
             raise NotFound(f"job {job_id} not found")
         async for attempt in self.unit.hot(idempotent=True):
             async with attempt as conn:
-                row = await self.repo.job_get(conn, job_id=job_id)
+                row = await self.stores.jobs.job_get(conn, job_id=job_id)
         if row is None:
             raise NotFound(f"job {job_id} not found")
         return row
 
-    async def _mark(self, conn: Driver, job_id: int) -> JobRow | None:
+    async def _mark(self, conn: Conn, job_id: int) -> Job | None:
         """Marks the job awaited; when the mark takes nothing, reads why (finished, or gone)."""
-        row: JobRow | None = None
+        row: Job | None = None
         for _ in range(TRANSACTION_TRIES):
-            row = await self.repo.job_await_mark(conn, job_id=job_id)
+            row = await self.stores.jobs.job_await_mark(conn, job_id=job_id)
             if row is not None:
                 return row
             # Finished, awaited already, or unknown: a read in a snapshot of its own (taken
             # after the mark, so it sees any finish the mark waited for) tells which.
-            row = await self.repo.job_get(conn, job_id=job_id)
-            if row is None or row["awaited"] or row["status"] in FINISHED:
+            row = await self.stores.jobs.job_get(conn, job_id=job_id)
+            if row is None or row.awaited or row.status in FINISHED:
                 return row
             # Retried (finished, then back to pending) between the two statements: again.
         return row  # still moving: park anyway, the backstop has it

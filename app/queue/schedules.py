@@ -35,20 +35,20 @@ the API may pause and resume them but not replace or delete them (409).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from app.domain.cron import JobTemplate, RunPlan, ScheduleError, ScheduleSpec, Timing
+from app.domain.records import Job, Schedule, ScheduleAt
+from app.domain.states import JobStatus
+from app.domain.types import JobDefaults, JobEvent, NewJob, ScheduleRun
 from app.errors import Forbidden, InvalidInput, InvalidTransition, NotFound
 from app.queue.events import Events
-from app.queue.repository import Driver, Repository
-from app.queue.states import JobStatus
-from app.queue.types import JobDefaults, JobEvent, JobRow, NewJob, ScheduleRun
 from app.queue.unit import UnitOfWork
+from app.store import Stores
+from app.store.conn import Conn
 
 SOURCE_API = "api"
 SOURCE_FILE = "file"
@@ -94,24 +94,22 @@ class ScheduleContended(Exception):
     """Internal: a schedule moved under a pass that held its lock; the pass is rolled back."""
 
 
-def timing_of(row: Mapping[str, Any]) -> Timing:
+def timing_of(row: Schedule) -> Timing:
     """The timing stored on a schedule's row."""
-    return Timing(
-        cron=row["cron"], interval_seconds=row["interval_seconds"], timezone=row["timezone"]
-    )
+    return Timing(cron=row.cron, interval_seconds=row.interval_seconds, timezone=row.timezone)
 
 
-def template_of(row: Mapping[str, Any]) -> JobTemplate:
+def template_of(row: Schedule) -> JobTemplate:
     """The job template stored on a schedule's row."""
     return JobTemplate(
-        queue=row["queue"],
-        type=row["type"],
-        payload=row["payload"],
-        priority=row["priority"],
-        max_attempts=row["max_attempts"],
-        lease_seconds=row["lease_seconds"],
-        timeout_seconds=row["timeout_seconds"],
-        concurrency_key=row["concurrency_key"],
+        queue=row.queue,
+        type=row.type,
+        payload=row.payload,
+        priority=row.priority,
+        max_attempts=row.max_attempts,
+        lease_seconds=row.lease_seconds,
+        timeout_seconds=row.timeout_seconds,
+        concurrency_key=row.concurrency_key,
     )
 
 
@@ -121,20 +119,18 @@ def _state(paused: bool | None) -> str | None:
     return "paused" if paused else "active"
 
 
-def _detail(name: str, row: Mapping[str, Any]) -> dict[str, Any]:
+def _detail(name: str, row: Schedule) -> dict[str, Any]:
     """What the audit trail records of a schedule (not its payload, which may be large)."""
     timing = (
-        {"cron": row["cron"]}
-        if row["cron"] is not None
-        else {"interval_seconds": row["interval_seconds"]}
+        {"cron": row.cron} if row.cron is not None else {"interval_seconds": row.interval_seconds}
     )
     return {
         "schedule": name,
         **timing,
-        "timezone": row["timezone"],
-        "type": row["type"],
-        "catch_up": row["catch_up"],
-        "source": row["source"],
+        "timezone": row.timezone,
+        "type": row.type,
+        "catch_up": row.catch_up,
+        "source": row.source,
     }
 
 
@@ -143,10 +139,10 @@ class ScheduleService:
     scheduler's pass."""
 
     def __init__(
-        self, *, unit: UnitOfWork, repository: Repository, events: Events, defaults: JobDefaults
+        self, *, unit: UnitOfWork, stores: Stores, events: Events, defaults: JobDefaults
     ) -> None:
         self.unit = unit
-        self.repo = repository
+        self.stores = stores
         self.events = events
         # The runs' jobs get what an enqueue gives a job that leaves fields out.
         self.defaults = defaults
@@ -161,7 +157,7 @@ class ScheduleService:
         actor: str = SCHEDULE_ACTOR,
         actor_key_id: int | None = None,
         allowed: QueueCheck | None = None,
-    ) -> tuple[JobRow, bool]:
+    ) -> tuple[Schedule, bool]:
         """Creates or replaces the schedule ``name``; answers it and whether it was created.
 
         ``allowed`` checks the queue of the schedule being replaced (``Forbidden`` if refused);
@@ -183,7 +179,7 @@ class ScheduleService:
 
     async def _schedule_write(
         self,
-        conn: AsyncConnection,
+        conn: Conn,
         name: str,
         spec: ScheduleSpec,
         *,
@@ -192,21 +188,21 @@ class ScheduleService:
         actor_key_id: int | None,
         allowed: QueueCheck | None = None,
         audit_unchanged: bool = True,
-    ) -> tuple[JobRow, str]:
+    ) -> tuple[Schedule, str]:
         """Writes one definition under the schedule's lock; answers the row and created /
         updated / unchanged."""
-        prior = await self.repo.schedule_lock(conn, name=name)
-        exists = prior["name"] is not None
+        prior = await self.stores.schedules.schedule_lock(conn, name=name)
+        exists = prior.name is not None
         if exists:
-            _check_queue(allowed, name, prior["queue"])
-            if source == SOURCE_API and prior["source"] == SOURCE_FILE:
+            _check_queue(allowed, name, prior.queue)
+            if source == SOURCE_API and prior.source == SOURCE_FILE:
                 raise InvalidTransition(
                     f"schedule {name!r} comes from the JOBQ_SCHEDULES file: change it there "
                     "(pausing and resuming it work here)"
                 )
-        now: datetime = prior["db_now"]
+        now: datetime = prior.db_now
         timing = spec.timing
-        same_timing = exists and (prior["cron"], prior["interval_seconds"], prior["timezone"]) == (
+        same_timing = exists and (prior.cron, prior.interval_seconds, prior.timezone) == (
             timing.cron,
             timing.interval_seconds,
             timing.timezone,
@@ -214,12 +210,12 @@ class ScheduleService:
         with _unusable_as_input():
             if not same_timing:
                 next_run_at = timing.first_run(now)
-            elif prior["paused"] and spec.paused is False:
-                next_run_at = timing.resumed_run(prior["next_run_at"], now)
+            elif prior.paused and spec.paused is False:
+                next_run_at = timing.resumed_run(prior.next_run_at, now)
             else:
-                next_run_at = prior["next_run_at"]
+                next_run_at = prior.next_run_at
         template = spec.template
-        row = await self.repo.schedule_upsert(
+        row = await self.stores.schedules.schedule_upsert(
             conn,
             values={
                 "name": name,
@@ -250,11 +246,11 @@ class ScheduleService:
                     outcome="unchanged",
                     actor=actor,
                     actor_key_id=actor_key_id,
-                    before=prior["paused"],
-                    after=prior["paused"],
+                    before=prior.paused,
+                    after=prior.paused,
                 )
             return prior, "unchanged"
-        created = bool(row["created"])
+        created = bool(row.created)
         await self._schedule_audit(
             conn,
             name,
@@ -263,16 +259,16 @@ class ScheduleService:
             outcome="changed",
             actor=actor,
             actor_key_id=actor_key_id,
-            before=None if created else prior["paused"],
-            after=row["paused"],
+            before=None if created else prior.paused,
+            after=row.paused,
         )
         return row, "created" if created else "updated"
 
     async def _schedule_audit(
         self,
-        conn: AsyncConnection,
+        conn: Conn,
         name: str,
-        row: Mapping[str, Any],
+        row: Schedule,
         *,
         action: str,
         outcome: str,
@@ -281,36 +277,36 @@ class ScheduleService:
         before: bool | None,
         after: bool | None,
     ) -> None:
-        await self.repo.audit_insert(
+        await self.stores.audit.audit_insert(
             conn,
             actor=actor,
             actor_key_id=actor_key_id,
             action=action,
             outcome=outcome,
-            queue=row["queue"],
+            queue=row.queue,
             state_before=_state(before),
             state_after=_state(after),
             detail=_detail(name, row),
         )
 
-    async def get(self, name: str) -> JobRow:
+    async def get(self, name: str) -> Schedule:
         """One schedule; ``NotFound`` if there is none."""
         async for attempt in self.unit.ops():
             async with attempt as conn:
-                row = await self.repo.schedule_get(conn, name=name)
+                row = await self.stores.schedules.schedule_get(conn, name=name)
         if row is None:
             raise NotFound(f"schedule {name!r} not found")
         return row
 
     async def list_page(
         self, *, limit: int, after: str | None = None, queue_patterns: Sequence[str] | None = None
-    ) -> tuple[list[JobRow], str | None]:
+    ) -> tuple[list[Schedule], str | None]:
         """A page of schedules in name order, and the next page's cursor (the last name; ``None``
         at the end); with ``queue_patterns`` (LIKE), only schedules of matching queues."""
 
         async for attempt in self.unit.ops():
             async with attempt as conn:
-                rows = await self.repo.schedule_list(
+                rows = await self.stores.schedules.schedule_list(
                     conn, after=after, limit=limit + 1, queue_patterns=queue_patterns
                 )
         next_cursor = rows[limit - 1]["name"] if len(rows) > limit else None
@@ -323,7 +319,7 @@ class ScheduleService:
         actor: str = SCHEDULE_ACTOR,
         actor_key_id: int | None = None,
         allowed: QueueCheck | None = None,
-    ) -> JobRow:
+    ) -> Schedule:
         """Deletes a schedule (the jobs it enqueued stay); answers it as it was."""
 
         async for attempt in self.unit.ops(transaction=True):
@@ -335,22 +331,22 @@ class ScheduleService:
 
     async def _delete_locked(
         self,
-        conn: AsyncConnection,
+        conn: Conn,
         name: str,
         *,
         actor: str,
         actor_key_id: int | None,
         allowed: QueueCheck | None,
-    ) -> JobRow:
-        prior = await self.repo.schedule_lock(conn, name=name)
-        if prior["name"] is None:
+    ) -> Schedule:
+        prior = await self.stores.schedules.schedule_lock(conn, name=name)
+        if prior.name is None:
             raise NotFound(f"schedule {name!r} not found")
-        _check_queue(allowed, name, prior["queue"])
-        if prior["source"] == SOURCE_FILE:
+        _check_queue(allowed, name, prior.queue)
+        if prior.source == SOURCE_FILE:
             raise InvalidTransition(
                 f"schedule {name!r} comes from the JOBQ_SCHEDULES file: remove it there"
             )
-        row = await self.repo.schedule_delete(conn, name=name)
+        row = await self.stores.schedules.schedule_delete(conn, name=name)
         if row is None:  # locked above: cannot vanish
             raise NotFound(f"schedule {name!r} not found")
         await self._schedule_audit(
@@ -361,7 +357,7 @@ class ScheduleService:
             outcome="changed",
             actor=actor,
             actor_key_id=actor_key_id,
-            before=row["paused"],
+            before=row.paused,
             after=None,
         )
         return row
@@ -374,7 +370,7 @@ class ScheduleService:
         actor: str = SCHEDULE_ACTOR,
         actor_key_id: int | None = None,
         allowed: QueueCheck | None = None,
-    ) -> JobRow:
+    ) -> Schedule:
         """Pauses or resumes a schedule; a resume moves it to its first run after now.
 
         Pausing a paused schedule (or resuming an active one) changes nothing and is recorded
@@ -395,25 +391,23 @@ class ScheduleService:
 
     async def _set_paused_locked(
         self,
-        conn: AsyncConnection,
+        conn: Conn,
         name: str,
         *,
         paused: bool,
         actor: str,
         actor_key_id: int | None,
         allowed: QueueCheck | None,
-    ) -> JobRow:
-        prior = await self.repo.schedule_lock(conn, name=name)
-        if prior["name"] is None:
+    ) -> Schedule:
+        prior = await self.stores.schedules.schedule_lock(conn, name=name)
+        if prior.name is None:
             raise NotFound(f"schedule {name!r} not found")
-        _check_queue(allowed, name, prior["queue"])
+        _check_queue(allowed, name, prior.queue)
         with _unusable_as_input():
             next_run_at = (
-                None
-                if paused
-                else timing_of(prior).resumed_run(prior["next_run_at"], prior["db_now"])
+                None if paused else timing_of(prior).resumed_run(prior.next_run_at, prior.db_now)
             )
-        row = await self.repo.schedule_set_paused(
+        row = await self.stores.schedules.schedule_set_paused(
             conn, name=name, paused=paused, next_run_at=next_run_at
         )
         await self._schedule_audit(
@@ -424,7 +418,7 @@ class ScheduleService:
             outcome="changed" if row is not None else "unchanged",
             actor=actor,
             actor_key_id=actor_key_id,
-            before=prior["paused"],
+            before=prior.paused,
             after=paused,
         )
         return row or prior
@@ -443,7 +437,7 @@ class ScheduleService:
         return answer
 
     async def _sync_locked(
-        self, conn: AsyncConnection, entries: Sequence[tuple[str, ScheduleSpec]], *, actor: str
+        self, conn: Conn, entries: Sequence[tuple[str, ScheduleSpec]], *, actor: str
     ) -> SyncOutcome:
         outcomes: dict[str, list[str]] = {"created": [], "updated": [], "unchanged": []}
         # In name order, as every instance applying the same file does: no deadlocks.
@@ -458,33 +452,33 @@ class ScheduleService:
                 audit_unchanged=False,
             )
             outcomes[outcome].append(name)
-        stale = await self.repo.schedule_delete_stale_file(
+        stale = await self.stores.schedules.schedule_delete_stale_file(
             conn, names=[name for name, _ in entries]
         )
         for row in stale:
             await self._schedule_audit(
                 conn,
-                row["name"],
+                row.name,
                 row,
                 action="schedule.delete",
                 outcome="changed",
                 actor=actor,
                 actor_key_id=None,
-                before=row["paused"],
+                before=row.paused,
                 after=None,
             )
         return SyncOutcome(
             created=tuple(outcomes["created"]),
             updated=tuple(outcomes["updated"]),
             unchanged=tuple(outcomes["unchanged"]),
-            deleted=tuple(row["name"] for row in stale),
+            deleted=tuple(row.name for row in stale),
         )
 
     async def errored_counts(self) -> dict[str, int]:
         """Schedules in error (parked until changed or resumed), per queue."""
         async for attempt in self.unit.ops():
             async with attempt as conn:
-                counts = await self.repo.schedule_errored_counts(conn)
+                counts = await self.stores.schedules.schedule_errored_counts(conn)
         return counts
 
     # -- the scheduler's pass ------------------------------------------------------------------
@@ -502,34 +496,30 @@ class ScheduleService:
         async for attempt in self.unit.hot(transaction=True):
             async with attempt as conn:
                 outcome, created = await self._schedule_pass(conn, batch_size=batch_size, now=now)
-        self.events.publish(
-            [JobEvent("enqueued", r["id"], r["queue"], status=r["status"]) for r in created]
-        )
-        self.events.wake_queues(r["queue"] for r in created if r["status"] == JobStatus.PENDING)
+        self.events.publish([JobEvent("enqueued", r.id, r.queue, status=r.status) for r in created])
+        self.events.wake_queues(r.queue for r in created if r.status == JobStatus.PENDING)
         return outcome
 
     async def _schedule_pass(
-        self, conn: Driver, *, batch_size: int, now: datetime | None
-    ) -> tuple[SchedulePass, list[JobRow]]:
-        due = await self.repo.schedule_due(conn, batch_size=batch_size, now=now)
-        planned: list[tuple[JobRow, RunPlan]] = []
+        self, conn: Conn, *, batch_size: int, now: datetime | None
+    ) -> tuple[SchedulePass, list[Job]]:
+        due = await self.stores.schedules.schedule_due(conn, batch_size=batch_size, now=now)
+        planned: list[tuple[ScheduleAt, RunPlan]] = []
         failed: list[tuple[str, str]] = []
         park: list[dict[str, Any]] = []
         for row in due:
             try:
                 plan = timing_of(row).plan(
-                    next_run_at=row["next_run_at"], now=row["db_now"], catch_up=row["catch_up"]
+                    next_run_at=row.next_run_at, now=row.db_now, catch_up=row.catch_up
                 )
             except (ScheduleError, ValueError, OverflowError) as exc:
-                failed.append((row["name"], str(exc)))
-                park.append(
-                    {"name": row["name"], "expected": row["next_run_at"], "error": str(exc)}
-                )
+                failed.append((row.name, str(exc)))
+                park.append({"name": row.name, "expected": row.next_run_at, "error": str(exc)})
                 continue
             planned.append((row, plan))
         if park:
             # Planning it again would fail again, every pass: parked until somebody changes it.
-            await self.repo.schedule_park(conn, items=park)
+            await self.stores.schedules.schedule_park(conn, items=park)
         if not planned:
             return SchedulePass(schedules=0, enqueued=0, failed=tuple(failed)), []
 
@@ -538,7 +528,7 @@ class ScheduleService:
             template = template_of(row)
             runs.extend(
                 ScheduleRun(
-                    schedule_name=row["name"],
+                    schedule_name=row.name,
                     scheduled_for=run,
                     job=self.defaults.apply(
                         NewJob(
@@ -556,18 +546,18 @@ class ScheduleService:
                 )
                 for run in plan.runs
             )
-        inserted = await self.repo.schedule_run_enqueue(conn, runs=runs) if runs else []
+        inserted = await self.stores.schedules.schedule_run_enqueue(conn, runs=runs) if runs else []
         job_ids = {
-            (run.schedule_name, run.scheduled_for): job["id"]
+            (run.schedule_name, run.scheduled_for): job.id
             for run, job in zip(runs, inserted, strict=True)
             if job is not None
         }
         # The current run's job, where it existed already (enqueued before, by another pass).
-        current = [(row["name"], plan.runs[-1]) for row, plan in planned if plan.runs]
+        current = [(row.name, plan.runs[-1]) for row, plan in planned if plan.runs]
         missing = [run for run in current if run not in job_ids]
         if missing:
-            found = await self.repo.schedule_run_jobs(conn, runs=missing)
-            job_ids.update({run: job["id"] for run, job in found.items()})
+            found = await self.stores.schedules.schedule_run_jobs(conn, runs=missing)
+            job_ids.update({run: job.id for run, job in found.items()})
 
         advance = []
         skipped = []
@@ -575,27 +565,27 @@ class ScheduleService:
             last = plan.runs[-1] if plan.runs else None
             advance.append(
                 {
-                    "name": row["name"],
-                    "expected": row["next_run_at"],
+                    "name": row.name,
+                    "expected": row.next_run_at,
                     "next_run_at": plan.next_run_at,
                     "last_run_at": last,
-                    "last_job_id": job_ids.get((row["name"], last)) if last is not None else None,
+                    "last_job_id": job_ids.get((row.name, last)) if last is not None else None,
                 }
             )
             if plan.skipped_from is not None and plan.runs:
                 skipped.append(
                     SkippedRuns(
-                        name=row["name"],
+                        name=row.name,
                         since=plan.skipped_from,
                         until=plan.runs[0],
-                        catch_up=row["catch_up"],
+                        catch_up=row.catch_up,
                     )
                 )
-        moved = await self.repo.schedule_advance(conn, items=advance)
-        if moved != {row["name"] for row, _ in planned}:
+        moved = await self.stores.schedules.schedule_advance(conn, items=advance)
+        if moved != {row.name for row, _ in planned}:
             raise ScheduleContended(
                 "schedules moved under a pass that held them: "
-                + ", ".join(sorted({row["name"] for row, _ in planned} - moved))
+                + ", ".join(sorted({row.name for row, _ in planned} - moved))
             )
         created = [job for job in inserted if job is not None]
         outcome = SchedulePass(

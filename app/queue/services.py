@@ -1,6 +1,6 @@
 """The services of one running instance, built once by the lifespan and composed, not mixed in.
 
-Each service gets the unit of work, the repository and the events it needs, and none imports
+Each service gets the unit of work, the stores and the events it needs, and none imports
 another (an import-linter contract in pyproject.toml keeps it so). A new feature adds its
 service here with one line.
 """
@@ -12,17 +12,17 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.domain.types import JobDefaults
 from app.queue.events import Events, Wake
 from app.queue.flow_limits import LimitsService
 from app.queue.jobs import CoalescingPolicy, JobService
 from app.queue.ops import OpsService
-from app.queue.repository import Repository
 from app.queue.results import ResultHub, ResultService
 from app.queue.schedules import ScheduleService
-from app.queue.types import JobDefaults
 from app.queue.unit import UnitOfWork
 from app.queue.upkeep import UpkeepService
 from app.queue.waiters import WaiterHub
+from app.store import Stores
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ def build_services(
     *,
     engine: AsyncEngine,
     pool: Any,
-    repository: Repository,
+    stores: Stores,
     defaults: JobDefaults,
     pool_timeout: float = 10.0,
     coalescing: CoalescingPolicy | None = None,
@@ -65,19 +65,15 @@ def build_services(
         events=events,
         jobs=JobService(
             unit=unit,
-            repository=repository,
+            stores=stores,
             events=events,
             hub=hub,
             defaults=defaults,
             coalescing=coalescing,
         ),
-        results=ResultService(unit=unit, repository=repository, hub=results or ResultHub()),
-        ops=OpsService(
-            unit=unit, repository=repository, events=events, bulk_batch_size=bulk_batch_size
-        ),
-        limits=LimitsService(unit=unit, repository=repository, events=events),
-        schedules=ScheduleService(
-            unit=unit, repository=repository, events=events, defaults=defaults
-        ),
-        upkeep=UpkeepService(unit=unit, repository=repository, events=events),
+        results=ResultService(unit=unit, stores=stores, hub=results or ResultHub()),
+        ops=OpsService(unit=unit, stores=stores, events=events, bulk_batch_size=bulk_batch_size),
+        limits=LimitsService(unit=unit, stores=stores, events=events),
+        schedules=ScheduleService(unit=unit, stores=stores, events=events, defaults=defaults),
+        upkeep=UpkeepService(unit=unit, stores=stores, events=events),
     )

@@ -4,7 +4,7 @@ A service method opens one and runs its statements inside::
 
     async for attempt in self.unit.hot(idempotent=True):
         async with attempt as conn:
-            row = await self.repo.job_get(conn, job_id=job_id)
+            row = await self.stores.jobs.job_get(conn, job_id=job_id)
 
 Each ``attempt`` is a context manager that hands out a connection and, on leaving, commits (or
 rolls back), gives the connection back and judges an error: a deadlock or serialization
@@ -31,12 +31,12 @@ from typing import Any
 
 import asyncpg
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.domain.bounds import MAX_BIGINT
+from app.domain.states import Operation, allowed_from
 from app.errors import CONNECTION_ERRORS, DatabaseUnavailable, InvalidInput, sqlstate
-from app.queue.bounds import MAX_BIGINT
-from app.queue.repository import Driver
-from app.queue.states import Operation, allowed_from
+from app.store.conn import Conn, DriverConn, EngineConn
 
 # Deadlock and serialization failures are safe to retry: the statement changed nothing.
 _RETRYABLE_SQLSTATES = frozenset({"40P01", "40001"})
@@ -113,18 +113,18 @@ class HotAttempt:
         self.sent_before = 0
         self.tx: Any = None
 
-    async def __aenter__(self) -> Driver:
+    async def __aenter__(self) -> Conn:
         unit = self.attempts.unit
         while True:
             self.conn = await unit.acquire_hot()
             self.wire = _wire(self.conn)
             self.sent_before = self.wire.queries_count
             if not self.attempts.transaction:
-                return self.conn
+                return DriverConn(self.conn)
             self.tx = self.conn.transaction()
             try:
                 await self.tx.start()
-                return self.conn
+                return DriverConn(self.conn)
             except (asyncio.CancelledError, *CONNECTION_ERRORS, asyncpg.PostgresError) as error:
                 # BEGIN failed: judged as the block's error would be, on a fresh connection.
                 self.tx = None
@@ -213,8 +213,8 @@ class OpsAttempt:
             unit.engine.begin() if attempts.transaction else unit.autocommit_engine.connect()
         )
 
-    async def __aenter__(self) -> AsyncConnection:
-        return await self.context.__aenter__()
+    async def __aenter__(self) -> Conn:
+        return EngineConn(await self.context.__aenter__())
 
     async def __aexit__(
         self,

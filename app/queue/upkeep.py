@@ -10,36 +10,35 @@ from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
 
+from app.domain.records import ReapedJob
+from app.domain.types import JobEvent
 from app.queue.events import Events
-from app.queue.repository import Repository
-from app.queue.types import JobEvent, JobRow
 from app.queue.unit import UnitOfWork
+from app.store import Stores
 
 
 class UpkeepService:
     """Reaps expired leases, promotes due scheduled jobs, prunes old history, counts due jobs."""
 
-    def __init__(self, *, unit: UnitOfWork, repository: Repository, events: Events) -> None:
+    def __init__(self, *, unit: UnitOfWork, stores: Stores, events: Events) -> None:
         self.unit = unit
-        self.repo = repository
+        self.stores = stores
         self.events = events
 
-    async def reap(self, *, batch_size: int, now: datetime | None = None) -> list[JobRow]:
+    async def reap(self, *, batch_size: int, now: datetime | None = None) -> list[ReapedJob]:
         """Returns at most ``batch_size`` expired leases to the queue (or to dead); answers them."""
         async for attempt in self.unit.ops():
             async with attempt as conn:
-                reaped = await self.repo.job_reap(conn, batch_size=batch_size, now=now)
-        self.events.publish(
-            [JobEvent("reaped", r["id"], r["queue"], status=r["status"]) for r in reaped]
-        )
-        self.events.wake_queues(r["queue"] for r in reaped if r.get("freed_flow"))
+                reaped = await self.stores.jobs.job_reap(conn, batch_size=batch_size, now=now)
+        self.events.publish([JobEvent("reaped", r.id, r.queue, status=r.status) for r in reaped])
+        self.events.wake_queues(r.queue for r in reaped if r.freed_flow)
         return reaped
 
     async def promote(self, *, batch_size: int, now: datetime | None = None) -> int:
         """Moves at most ``batch_size`` due scheduled jobs to pending and announces them."""
         async for attempt in self.unit.ops():
             async with attempt as conn:
-                promoted: Counter[str] = await self.repo.job_promote(
+                promoted: Counter[str] = await self.stores.jobs.job_promote(
                     conn, batch_size=batch_size, now=now
                 )
         for queue, count in promoted.items():
@@ -58,7 +57,7 @@ class UpkeepService:
         """Deletes at most ``batch_size`` finished jobs past their retention; answers how many."""
         async for attempt in self.unit.ops():
             async with attempt as conn:
-                pruned = await self.repo.job_prune(
+                pruned = await self.stores.jobs.job_prune(
                     conn,
                     batch_size=batch_size,
                     succeeded_seconds=succeeded_seconds,
@@ -74,7 +73,7 @@ class UpkeepService:
         """Deletes at most ``batch_size`` per-minute outcome rows older than ``keep_seconds``."""
         async for attempt in self.unit.ops():
             async with attempt as conn:
-                pruned = await self.repo.queue_throughput_prune(
+                pruned = await self.stores.queues.queue_throughput_prune(
                     conn, keep_seconds=keep_seconds, batch_size=batch_size, now=now
                 )
         return pruned
@@ -83,5 +82,5 @@ class UpkeepService:
         """Per unpaused queue, how many jobs are due now (up to ``cap``)."""
         async for attempt in self.unit.ops():
             async with attempt as conn:
-                due = await self.repo.job_due_in_queues(conn, queues=queues, cap=cap)
+                due = await self.stores.jobs.job_due_in_queues(conn, queues=queues, cap=cap)
         return due

@@ -33,9 +33,10 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.errors import brief
-from app.queue.repository import Repository
 from app.queue.waiters import WaiterHub
 from app.settings import setting_default
+from app.store.conn import DriverConn, EngineConn
+from app.store.control import ControlStore
 
 logger = logging.getLogger("jobq.wakeup")
 
@@ -83,14 +84,14 @@ class ControlChannel:
         self,
         *,
         engine: AsyncEngine,
-        repository: Repository,
+        store: ControlStore,
         hub: WaiterHub,
         coalesce_window: float = COALESCE_WINDOW_SECONDS_DEFAULT,
         listeners: Mapping[str, Listener] | None = None,
     ) -> None:
         self.engine = engine
         self.listeners = dict(listeners or {})
-        self.repo = repository
+        self.store = store
         self.hub = hub
         self.coalesce_window = coalesce_window
         self.instance = uuid.uuid4().hex[:12]
@@ -180,7 +181,9 @@ class ControlChannel:
                     # instance until its backstop, which backs off while the database is away).
                     return
                 try:
-                    await self.repo.wakeup_notify(self._driver, channel=CHANNEL, payloads=payloads)
+                    await self.store.wakeup_notify(
+                        DriverConn(self._driver), channel=CHANNEL, payloads=payloads
+                    )
                 except Exception as exc:  # noqa: BLE001 - any failure: reconnect, never die
                     logger.warning("notify failed: %s", brief(exc))
                     self._lost.set()
@@ -202,7 +205,7 @@ class ControlChannel:
             if self._holds_lock:
                 return True
             try:
-                self._holds_lock = await self.repo.maintenance_try_lead(self._conn)
+                self._holds_lock = await self.store.maintenance_try_lead(EngineConn(self._conn))
             except Exception as exc:  # noqa: BLE001 - any failure: reconnect, never die
                 logger.warning("leader election failed: %s", brief(exc))
                 self._lost.set()
@@ -268,8 +271,8 @@ class ControlChannel:
             if self._driver is None:
                 return
             try:
-                await self.repo.wakeup_notify(
-                    self._driver,
+                await self.store.wakeup_notify(
+                    DriverConn(self._driver),
                     channel=CHANNEL,
                     payloads=[encode_payload(self.instance, "", HELLO)],
                 )

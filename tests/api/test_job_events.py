@@ -10,7 +10,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.api.state import app_state
-from app.queue.types import JobEvent
+from app.domain.types import JobEvent
 from tests.api.helpers import claim, enqueue, lease, lease_call
 
 

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.api.state import app_state
 from app.maintenance.reaper import Reaper, ReaperConfig
-from app.queue.queries import statement
+from app.store.statements import statement
 from tests.api.helpers import claim, enqueue, get_job, lease, lease_call
 from tests.locks import someone_waits_on_a_lock
 from tests.polling import poll_until

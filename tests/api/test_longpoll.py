@@ -264,7 +264,7 @@ async def test_jobs_claimed_as_the_client_leaves_are_given_back(
         app: FastAPI = client.app  # type: ignore[attr-defined]
         service = app_state(app).running().services
         gone = asyncio.Event()
-        real_claim = service.jobs.repo.job_claim
+        real_claim = service.jobs.stores.jobs.job_claim
 
         async def claim_then_client_leaves(*args: Any, **kwargs: Any) -> Any:
             outcome = await real_claim(*args, **kwargs)
@@ -272,7 +272,7 @@ async def test_jobs_claimed_as_the_client_leaves_are_given_back(
                 gone.set()  # the disconnect lands while the claim statement ran
             return outcome
 
-        service.jobs.repo.job_claim = claim_then_client_leaves
+        service.jobs.stores.jobs.job_claim = claim_then_client_leaves
         waiting = asyncio.create_task(
             service.jobs.claim(
                 worker_id="ghost",
@@ -286,7 +286,7 @@ async def test_jobs_claimed_as_the_client_leaves_are_given_back(
         await poll_until(parked(client), within=5)
         job = await enqueue(client, queue="lp")
         assert await asyncio.wait_for(waiting, 5) == []
-        service.jobs.repo.job_claim = real_claim
+        service.jobs.stores.jobs.job_claim = real_claim
         [got] = await claim(client, worker="alive", queues=["lp"])
         assert got["id"] == job["id"] and got["attempt"] == 1
 

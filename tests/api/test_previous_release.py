@@ -2,7 +2,8 @@
 
 During a rolling deploy the database is migrated first, and instances of the previous release
 keep serving until they are replaced. ``previous_release/jobs.sql`` is the named SQL of the
-release before migration 0010 (``git show 938010d:app/queue/sql/jobs.sql``); here every
+release before migration 0010 (``git show 938010d:app/queue/sql/jobs.sql``; today's statements
+live in app/store/sql/); here every
 statement of it runs, through the API, against a database migrated to head. When a migration
 changes what the statements touch, refresh the copy to the release before it.
 """
@@ -20,8 +21,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.api.state import app_state
-from app.queue import repository
-from app.queue.queries import NamedStatement, load_statements, parse_statements
+from app.store import conn as store_conn
+from app.store.statements import NamedStatement, load_statements, parse_statements
 from tests.api.helpers import claim, enqueue, get_job, lease, lease_call
 
 PREVIOUS_SQL = Path(__file__).parent / "previous_release" / "jobs.sql"
@@ -40,7 +41,7 @@ def previous_statements(monkeypatch: pytest.MonkeyPatch) -> set[str]:
             return previous[name]
         return current[name]  # new in this release: the previous one never runs it
 
-    monkeypatch.setattr(repository, "statement", lookup)
+    monkeypatch.setattr(store_conn, "statement", lookup)
     return used
 
 

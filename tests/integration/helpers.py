@@ -10,18 +10,17 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.main import repository_for
+from app.domain.types import JobDefaults
 from app.migrations import upgrade
-from app.queue.repository import Repository
 from app.queue.services import Services, build_services
-from app.queue.types import JobDefaults
 from app.settings import Settings
+from app.store import Stores, stores_for
 from tests.conftest import create_database, drop_database
 
 
-def repository() -> Repository:
-    """The repository with the default settings' policies."""
-    return repository_for(Settings(database_url="postgresql://unused/unused"))
+def stores() -> Stores:
+    """The stores with the default settings' policies."""
+    return stores_for(Settings(database_url="postgresql://unused/unused"))
 
 
 def service(engine: AsyncEngine, pool: Any, **options: Any) -> Services:
@@ -30,7 +29,7 @@ def service(engine: AsyncEngine, pool: Any, **options: Any) -> Services:
     return build_services(
         engine=engine,
         pool=pool,
-        repository=repository(),
+        stores=stores(),
         defaults=JobDefaults(
             max_attempts=defaults.max_attempts_default,
             lease_seconds=defaults.lease_seconds_default,

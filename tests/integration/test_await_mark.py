@@ -13,11 +13,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db import driver_dsn
 from app.queue.results import CHANNEL
-from tests.integration.helpers import repository
+from app.store.conn import Conn
+from tests.integration.helpers import stores
 from tests.locks import someone_waits_on_a_lock
 from tests.polling import poll_until
 
-REPO = repository()
+REPO = stores().jobs
 FINISH = "UPDATE jobs SET status = 'succeeded', finished_at = now() WHERE id = $1"
 
 
@@ -64,11 +65,11 @@ async def test_a_mark_behind_an_uncommitted_finish_waits_and_finds_it_finished(
     finishing = finisher.transaction()
     await finishing.start()
     await finisher.execute(FINISH, job_id)
-    mark = asyncio.create_task(REPO.job_await_mark(marker, job_id=job_id))
+    mark = asyncio.create_task(REPO.job_await_mark(Conn.of(marker), job_id=job_id))
     await poll_until(lambda: someone_waits_on_a_lock(clean_db), within=5, what="the mark to wait")
     await finishing.commit()
     assert await asyncio.wait_for(mark, 5) is None  # re-checked on the committed row: finished
-    row = await REPO.job_get(marker, job_id=job_id)
+    row = await REPO.job_get(Conn.of(marker), job_id=job_id)
     assert row is not None and row["status"] == "succeeded" and row["awaited"] is False
     # Nobody waited when it finished: no notification.
     assert await _heard_up_to_a_marker(listener, heard, finisher) == []
@@ -82,7 +83,7 @@ async def test_a_finish_behind_an_uncommitted_mark_sees_it_and_notifies(
     job_id = await _job(clean_db)
     marking = marker.transaction()
     await marking.start()
-    row = await REPO.job_await_mark(marker, job_id=job_id)
+    row = await REPO.job_await_mark(Conn.of(marker), job_id=job_id)
     assert row is not None and row["awaited"] is True and row["status"] == "running"
     finish = asyncio.create_task(finisher.execute(FINISH, job_id))
     await poll_until(lambda: someone_waits_on_a_lock(clean_db), within=5, what="the finish to wait")
@@ -97,11 +98,11 @@ async def test_only_a_finish_of_an_awaited_job_notifies_and_a_repeat_mark_writes
     finisher, marker, listener = connections
     heard = await _listening(listener)
     plain, waited, deleted = [await _job(clean_db, "pending") for _ in range(3)]
-    assert await REPO.job_await_mark(marker, job_id=waited) is not None
-    assert await REPO.job_await_mark(marker, job_id=deleted) is not None
+    assert await REPO.job_await_mark(Conn.of(marker), job_id=waited) is not None
+    assert await REPO.job_await_mark(Conn.of(marker), job_id=deleted) is not None
     # Awaited already: no second row version (the read after it says why nothing came back).
     version = await marker.fetchval("SELECT xmin::text FROM jobs WHERE id = $1", waited)
-    assert await REPO.job_await_mark(marker, job_id=waited) is None
+    assert await REPO.job_await_mark(Conn.of(marker), job_id=waited) is None
     assert await marker.fetchval("SELECT xmin::text FROM jobs WHERE id = $1", waited) == version
     # Moves that do not finish, then finishes; the plain job never notifies.
     for job_id in (plain, waited):
@@ -111,7 +112,7 @@ async def test_only_a_finish_of_an_awaited_job_notifies_and_a_repeat_mark_writes
     await finisher.execute("DELETE FROM jobs WHERE id = $1", deleted)  # unfinished: notifies
     await finisher.execute("DELETE FROM jobs WHERE id = $1", waited)  # finished: told already
     assert await _heard_up_to_a_marker(listener, heard, finisher) == [str(waited), str(deleted)]
-    assert await REPO.job_await_mark(marker, job_id=999_999) is None
+    assert await REPO.job_await_mark(Conn.of(marker), job_id=999_999) is None
 
 
 async def test_settled_lists_the_finished_and_the_gone(
@@ -123,6 +124,8 @@ async def test_settled_lists_the_finished_and_the_gone(
         await _job(clean_db, "scheduled"),
     )
     async with clean_db.connect() as conn:
-        settled = await REPO.job_await_settled(conn, job_ids=[done, running, scheduled, 999_999])
+        settled = await REPO.job_await_settled(
+            Conn.of(conn), job_ids=[done, running, scheduled, 999_999]
+        )
         assert sorted(settled) == sorted([done, 999_999])
-        assert await REPO.job_await_settled(conn, job_ids=[]) == []
+        assert await REPO.job_await_settled(Conn.of(conn), job_ids=[]) == []

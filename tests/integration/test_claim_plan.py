@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.queue.queries import statement
+from app.store.statements import statement
 from tests.integration.helpers import seed_jobs
 
 

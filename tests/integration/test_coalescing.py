@@ -7,9 +7,9 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.domain.types import LeaseUpdate, NewJob
 from app.queue.jobs import CoalescingPolicy
 from app.queue.services import Services
-from app.queue.types import LeaseUpdate, NewJob
 from tests.integration.helpers import job_row, seed_jobs, service
 
 

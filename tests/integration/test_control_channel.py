@@ -10,8 +10,8 @@ from sqlalchemy.pool import NullPool
 
 from app.db import async_url
 from app.queue.waiters import WaiterHub
+from app.store.control import ControlStore
 from app.wakeup.control import CHANNEL, ControlChannel, decode_payload
-from tests.integration.helpers import repository
 from tests.polling import poll_until
 
 
@@ -20,7 +20,7 @@ async def test_wake_ups_queued_when_stop_cuts_the_flush_are_still_sent(database_
     listener = await asyncpg.connect(database_url.replace("+asyncpg", ""))
     await listener.add_listener(CHANNEL, lambda *args: heard.append(args[-1]))
     engine = create_async_engine(async_url(database_url), poolclass=NullPool)
-    control = ControlChannel(engine=engine, repository=repository(), hub=WaiterHub())
+    control = ControlChannel(engine=engine, store=ControlStore(), hub=WaiterHub())
     control.start()
     try:
         assert await control.wait_connected(5)
@@ -54,8 +54,8 @@ async def test_an_instance_alone_sends_no_wake_ups_and_learns_of_a_newcomer_at_o
     listener = await asyncpg.connect(database_url.replace("+asyncpg", ""))
     await listener.add_listener(CHANNEL, lambda *args: heard.append(args[-1]))
     engine = create_async_engine(async_url(database_url), poolclass=NullPool)
-    alone = ControlChannel(engine=engine, repository=repository(), hub=WaiterHub())
-    other = ControlChannel(engine=engine, repository=repository(), hub=WaiterHub())
+    alone = ControlChannel(engine=engine, store=ControlStore(), hub=WaiterHub())
+    other = ControlChannel(engine=engine, store=ControlStore(), hub=WaiterHub())
     alone.start()
     try:
         assert await alone.wait_connected(5)
@@ -85,7 +85,7 @@ async def test_wake_ups_announced_while_the_connection_is_down_go_out_when_it_is
     listener = await asyncpg.connect(database_url.replace("+asyncpg", ""))
     await listener.add_listener(CHANNEL, lambda *args: heard.append(args[-1]))
     engine = create_async_engine(async_url(database_url), poolclass=NullPool)
-    control = ControlChannel(engine=engine, repository=repository(), hub=WaiterHub())
+    control = ControlChannel(engine=engine, store=ControlStore(), hub=WaiterHub())
     control.start()
     try:
         assert await control.wait_connected(5)

@@ -21,16 +21,16 @@ from sqlalchemy.pool import NullPool
 
 from app.db import async_url
 from app.main import create_app
-from app.queue.repository import Repository
 from app.settings import Settings
+from app.store import STORE_OF_FILE
 from bench.plans import buffers, explain, nodes, seed_history
-from tests.integration.helpers import migrated_database, repository
+from tests.integration.helpers import migrated_database, stores
 
 FINISHED = 1_000_000
 # Buffers one refresh of a page may touch, all its statements together.
 PAGE_BUFFERS = 2_000
 
-# The repository's read methods a page may call (the actions are not refreshes).
+# The stores' read methods a page may call (the actions are not refreshes).
 _READS = (
     "queue_stats",
     "queue_throughput",
@@ -95,15 +95,16 @@ async def _recorded_reads(
     """Renders the page (and its refresh fragment) and answers the repository reads it made."""
     calls: list[tuple[str, dict[str, Any]]] = []
     for name in _READS:
-        original = getattr(Repository, name)
+        [store_class] = [c for c in STORE_OF_FILE.values() if hasattr(c, name)]
+        original = getattr(store_class, name)
 
         async def spy(
-            self: Repository, conn: Any, *, _n: str = name, _o: Any = original, **kw: Any
+            self: Any, conn: Any, *, _n: str = name, _o: Any = original, **kw: Any
         ) -> Any:
             calls.append((_n, kw))
             return await _o(self, conn, **kw)
 
-        monkeypatch.setattr(Repository, name, spy)
+        monkeypatch.setattr(store_class, name, spy)
     app = create_app(Settings(database_url=url, maintenance_enabled=False))
     async with LifespanManager(app):
         transport = httpx.ASGITransport(app=app)
@@ -124,14 +125,20 @@ async def test_a_page_refresh_reads_a_bounded_number_of_buffers(
 ) -> None:
     path = PAGES[page].format(job_id=seeded["job_id"])
     calls = await _recorded_reads(history_url, path, monkeypatch)
-    assert calls, f"{page}: the page read nothing through the repository?"
-    repo = repository()
+    assert calls, f"{page}: the page read nothing through the stores?"
+    every = stores()
+    methods = {
+        name: getattr(store, name)
+        for store in (every.jobs, every.queues, every.audit)
+        for name in _READS
+        if hasattr(store, name)
+    }
     engine = create_async_engine(async_url(history_url), poolclass=NullPool)
     total = 0
     try:
         async with engine.connect() as conn:
             for name, kw in calls:
-                plans = await explain(conn, lambda c, n=name, k=kw: getattr(repo, n)(c, **k))
+                plans = await explain(conn, lambda c, n=name, k=kw: methods[n](c, **k))
                 for plan in plans:
                     scans = [
                         n

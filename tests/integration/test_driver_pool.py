@@ -9,8 +9,8 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.domain.types import LeaseUpdate
 from app.queue.services import Services
-from app.queue.types import LeaseUpdate
 from tests.integration.helpers import seed_jobs
 from tests.locks import someone_waits_on_a_lock
 from tests.polling import poll_until

@@ -11,8 +11,8 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.domain.types import LeaseUpdate
 from app.queue.services import Services
-from app.queue.types import LeaseUpdate
 from tests.integration.helpers import seed_jobs
 
 KEYS = 4

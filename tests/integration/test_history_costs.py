@@ -24,9 +24,10 @@ from bench.plans import (
     move_scheduled_to,
     nodes,
     probes,
+    repository,
     seed_history,
 )
-from tests.integration.helpers import PLAN_SERVERS, migrated_database, repository
+from tests.integration.helpers import PLAN_SERVERS, migrated_database
 
 PAGE = 51  # the probes' listing limit
 STATES = 6

@@ -9,8 +9,8 @@ from dataclasses import replace
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.domain.types import LeaseUpdate, NewJob
 from app.queue.services import Services
-from app.queue.types import LeaseUpdate, NewJob
 
 QUEUES = ["a", "b", "c"]
 

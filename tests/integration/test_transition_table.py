@@ -1,4 +1,4 @@
-"""The transition table in app/queue/states.py says what the SQL does, state by state.
+"""The transition table in app/domain/states.py says what the SQL does, state by state.
 
 Each operation runs against a job in each state on a real database: where the table has an
 entry the job must end in that state, elsewhere the operation must leave it alone. The backoff
@@ -16,10 +16,10 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.domain.states import TRANSITIONS, JobStatus, Operation, backoff_ceiling
+from app.domain.types import LeaseUpdate
 from app.errors import InvalidTransition
 from app.queue.services import Services
-from app.queue.states import TRANSITIONS, JobStatus, Operation, backoff_ceiling
-from app.queue.types import LeaseUpdate
 from tests.integration.helpers import job_row
 
 FINAL = {Operation.FAIL_FINAL, Operation.REAP_FINAL}

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from app.queue.bounds import EARLIEST_INSTANT, LATEST_INSTANT, instant_in_window
+from app.domain.bounds import EARLIEST_INSTANT, LATEST_INSTANT, instant_in_window
 
 PLUS_5 = timezone(timedelta(hours=5))
 MINUS_5 = timezone(timedelta(hours=-5))

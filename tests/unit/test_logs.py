@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from starlette.types import Message, Receive, Scope, Send
 
+from app.domain.types import JobEvent
 from app.logs import (
     JsonFormatter,
     RequestIds,
@@ -20,7 +21,6 @@ from app.logs import (
     log_job_events,
     request_id,
 )
-from app.queue.types import JobEvent
 from tests.logcapture import json_log_lines
 
 TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")

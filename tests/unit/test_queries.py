@@ -1,13 +1,10 @@
-"""The SQL loader: named blocks, descriptions, failing fast on bad names."""
+"""The SQL loader: named blocks, fragments, descriptions, failing fast on bad names."""
 
 from __future__ import annotations
 
-import inspect
-
 import pytest
 
-from app.queue import repository
-from app.queue.queries import load_statements, parse_statements, statement
+from app.store.statements import load_statements, parse_statements, statement
 
 
 def test_parses_names_descriptions_and_sql() -> None:
@@ -31,11 +28,20 @@ def test_unknown_name_fails_fast() -> None:
         statement("job_teleport")
 
 
-def test_every_statement_has_a_description_and_a_repository_method() -> None:
-    methods = {name for name, _ in inspect.getmembers(repository.Repository, inspect.isfunction)}
+def test_every_statement_has_a_description() -> None:
     for name, stmt in load_statements().items():
         assert stmt.description, name
-        assert name in methods, f"statement {name} has no Repository.{name}"
+
+
+def test_fragments_are_written_into_statements_and_are_not_statements() -> None:
+    parsed = parse_statements(
+        "-- fragment: walk\n-- The walk.\nSELECT id FROM jobs\n\n"
+        "-- name: job_a\n-- A.\nWITH w AS ({{ walk }}) SELECT * FROM w;\n"
+    )
+    assert list(parsed) == ["job_a"]
+    assert parsed["job_a"].sql == "WITH w AS (SELECT id FROM jobs) SELECT * FROM w"
+    with pytest.raises(ValueError, match="unknown fragment"):
+        parse_statements("-- name: job_a\nSELECT {{ nowhere }};\n")
 
 
 def test_claim_is_one_statement_with_skip_locked() -> None:

@@ -12,7 +12,8 @@ import pytest
 
 from app.api import render
 from app.api.schemas import ClaimedJob, Job, LeaseResults
-from app.queue.types import LeaseOutcome
+from app.domain import records
+from app.domain.types import LeaseOutcome
 
 NOW = datetime(2026, 12, 1, 10, 0, 0, 123456, tzinfo=UTC)
 
@@ -49,6 +50,12 @@ def _row(**overrides: Any) -> dict[str, Any]:
         "lease_granted_seconds": 30,
         "lease_ended_by": None,
         "idempotency_hash": "h",
+        "lease_key_id": None,
+        "lease_instance": "host-a:1",
+        "flow_keys": None,
+        "awaited": False,
+        "schedule_name": None,
+        "scheduled_for": None,
     }
     row.update(overrides)
     return row
@@ -63,14 +70,14 @@ def _as_pydantic(model: Any, data: dict[str, Any]) -> Any:
 )
 def test_a_job_renders_as_the_job_model_does(overrides: dict[str, Any]) -> None:
     row = _row(**overrides)
-    ours = orjson.loads(render.json_response(render.job(row)).body)
+    ours = orjson.loads(render.json_response(render.job(records.Job(**row))).body)
     assert ours == _as_pydantic(Job, row)
     assert list(ours) == list(Job.model_fields)
 
 
 def test_a_claimed_job_renders_as_the_claimed_job_model_does() -> None:
     row = _row()
-    ours = orjson.loads(render.json_response(render.claimed(row)).body)
+    ours = orjson.loads(render.json_response(render.claimed(records.Job(**row))).body)
     assert ours == _as_pydantic(ClaimedJob, {**row, "attempt": row["attempts"]})
 
 

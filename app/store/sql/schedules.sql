@@ -1,5 +1,5 @@
 -- Named statements for periodic jobs (the schedules table, migration 0013). Each block starts with
--- "-- name: <name>" and one line saying what it does; app/queue/repository.py is the only caller.
+-- "-- name: <name>" and one line saying what it does; app/store/schedules.py is the only caller.
 -- When a schedule runs is computed in Python (app/queue/schedules.py: cron and time zones), from
 -- the database's clock read in the same transaction; what is due and what moves is decided here.
 -- The scheduler's statements take an optional :now (NULL: the database's now()), so tests can run

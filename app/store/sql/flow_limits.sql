@@ -1,4 +1,5 @@
--- Named statements for concurrency and rate limits (migration 0011). The claim statement that
+-- Named statements for concurrency and rate limits (migration 0011); app/store/flow_limits.py
+-- (FlowLimitStore) is the only caller. The claim statement that
 -- enforces them is job_claim_limited in jobs.sql; these manage the limits and tidy flow_state.
 -- A key's jobs are counted per queue: its row is "key:<queue>|<concurrency_key>" (queue names
 -- hold no "|"), so the producers of one queue can never use up another queue's slots or tokens.
@@ -91,3 +92,9 @@ DELETE FROM flow_state f
 USING idle
 WHERE f.key = idle.key AND f.running = 0
 RETURNING f.key;
+
+-- name: flow_state_create
+-- Creates the flow_state rows a claim found missing, in key order, as idle rows (nothing running, a full bucket); rows that exist by now are left alone.
+INSERT INTO flow_state (key)
+SELECT k FROM unnest(CAST(:keys AS text[])) AS k ORDER BY k
+ON CONFLICT (key) DO NOTHING;

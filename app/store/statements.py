@@ -1,4 +1,8 @@
-"""Loads the named statements in ``sql/*.sql`` once, as ``text()`` objects, failing fast on a bad name."""
+"""Loads the named statements in ``app/store/sql/*.sql`` once, failing fast on a bad name.
+
+A file may also hold ``-- fragment: <name>`` blocks: SQL shared by several statements of that
+file, written into them where they say ``{{ <name> }}``. Fragments are not statements.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,8 @@ from typing import Any
 
 from sqlalchemy import TextClause, text
 
-_NAME_LINE = re.compile(r"^-- name: ([a-z][a-z0-9_]*)\s*$", re.MULTILINE)
+_BLOCK_LINE = re.compile(r"^-- (name|fragment): ([a-z][a-z0-9_]*)\s*$", re.MULTILINE)
+_INCLUDE = re.compile(r"\{\{\s*([a-z][a-z0-9_]*)\s*\}\}")
 # A :name bind, not the second colon of a ``::type`` cast nor a colon inside a word.
 _BIND = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
 
@@ -59,12 +64,12 @@ def _positional(sql: str) -> tuple[str, tuple[str, ...]]:
     return _BIND.sub(number, sql), tuple(names)
 
 
-def parse_statements(source: str) -> dict[str, NamedStatement]:
-    """Splits a SQL file into its ``-- name:`` blocks; duplicates and empty blocks are errors."""
-    matches = list(_NAME_LINE.finditer(source))
-    statements: dict[str, NamedStatement] = {}
+def _blocks(source: str) -> list[tuple[str, str, str, str]]:
+    """The file's blocks in order: (kind, name, description, SQL)."""
+    matches = list(_BLOCK_LINE.finditer(source))
+    blocks = []
     for index, match in enumerate(matches):
-        name = match.group(1)
+        kind, name = match.group(1), match.group(2)
         end = matches[index + 1].start() if index + 1 < len(matches) else len(source)
         body_lines = source[match.end() : end].strip().splitlines()
         description = ""
@@ -73,25 +78,67 @@ def parse_statements(source: str) -> dict[str, NamedStatement]:
         sql = "\n".join(line for line in body_lines if not line.lstrip().startswith("--"))
         sql = sql.strip().rstrip(";").strip()
         if not sql:
-            raise ValueError(f"statement {name!r} has no SQL")
+            raise ValueError(f"{kind} {name!r} has no SQL")
+        blocks.append((kind, name, description, sql))
+    return blocks
+
+
+def _expand(sql: str, fragments: dict[str, str], owner: str) -> str:
+    def include(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in fragments:
+            raise ValueError(f"{owner!r} includes unknown fragment {name!r}")
+        return fragments[name]
+
+    return _INCLUDE.sub(include, sql)
+
+
+def parse_statements(source: str) -> dict[str, NamedStatement]:
+    """Splits a SQL file into its ``-- name:`` blocks, with their fragments written in.
+
+    Duplicate names, empty blocks and unknown fragments are errors.
+    """
+    blocks = _blocks(source)
+    fragments: dict[str, str] = {}
+    for kind, name, _, sql in blocks:
+        if kind == "fragment":
+            if name in fragments:
+                raise ValueError(f"fragment {name!r} is defined twice")
+            fragments[name] = sql
+    statements: dict[str, NamedStatement] = {}
+    for kind, name, description, sql in blocks:
+        if kind != "name":
+            continue
         if name in statements:
             raise ValueError(f"statement {name!r} is defined twice")
-        statements[name] = NamedStatement(name=name, description=description, sql=sql)
+        statements[name] = NamedStatement(
+            name=name, description=description, sql=_expand(sql, fragments, name)
+        )
     return statements
 
 
 @cache
-def load_statements() -> dict[str, NamedStatement]:
-    """All named statements of the package's SQL folder, read once."""
-    folder = resources.files("app.queue") / "sql"
-    statements: dict[str, NamedStatement] = {}
+def statements_by_file() -> dict[str, dict[str, NamedStatement]]:
+    """The named statements of each file of the store's SQL folder (by file stem), read once."""
+    folder = resources.files("app.store") / "sql"
+    files: dict[str, dict[str, NamedStatement]] = {}
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
-        if not entry.name.endswith(".sql"):
-            continue
-        for name, statement in parse_statements(entry.read_text(encoding="utf-8")).items():
+        if entry.name.endswith(".sql"):
+            files[entry.name.removesuffix(".sql")] = parse_statements(
+                entry.read_text(encoding="utf-8")
+            )
+    return files
+
+
+@cache
+def load_statements() -> dict[str, NamedStatement]:
+    """All named statements of the store's SQL folder, read once."""
+    statements: dict[str, NamedStatement] = {}
+    for parsed in statements_by_file().values():
+        for name, named in parsed.items():
             if name in statements:
                 raise ValueError(f"statement {name!r} is defined in two files")
-            statements[name] = statement
+            statements[name] = named
     return statements
 
 

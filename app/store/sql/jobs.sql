@@ -1,12 +1,15 @@
 -- Named statements for the jobs table. Each block starts with "-- name: <name>" and one line
--- saying what it does; app/queue/queries.py loads them and app/queue/repository.py is the only
--- caller. Parameters are :name binds; jsonb arguments are passed as JSON text.
+-- saying what it does; app/store/statements.py loads them and app/store/jobs.py (JobStore) is
+-- the only caller. Parameters are :name binds; jsonb arguments are passed as JSON text.
 -- Every state change is one conditional statement: the rows it returns are the verdict.
 -- Lease calls carry the worker id in each item, so concurrent requests of many workers can share
 -- one statement (app/queue/coalesce.py) with the ownership check still made per item.
 -- Per-queue counts are kept by triggers on jobs (migration 0006), not by these statements.
 -- Statements of the maintenance loops take an optional :now (NULL: the database's now()), so
 -- tests can run them exactly at a deadline.
+
+-- The awaited-result statements (job_await_*): a row trigger (migration 0012) sends
+-- pg_notify('jobq_finished', id) when a job whose awaited is true finishes or is deleted.
 
 -- name: job_enqueue
 -- Inserts jobs in order (scheduled when run_at is ahead); an item whose (queue, idempotency_key) exists is skipped and answered with no job.
@@ -53,6 +56,36 @@ JOIN jobs j ON j.queue = k.queue AND j.idempotency_key = k.idempotency_key;
 -- name: job_get
 -- Reads one job by id.
 SELECT * FROM jobs WHERE id = :id;
+
+-- fragment: job_claim_slot
+-- What slot p.slot of a claim gets: its job, its worker, the worker's API key and lease length
+-- (both claims number the jobs they take in claim order, best first, as p).
+p.id,
+           p.slot,
+           (CAST(:worker_ids AS text[]))[p.slot] AS worker_id,
+           (CAST(:key_ids AS bigint[]))[p.slot] AS key_id,
+           (CAST(:lease_seconds AS int[]))[p.slot] AS lease_seconds
+
+-- fragment: job_claim_lease
+-- The lease both claims grant to the jobs of slotted s (after the caller's own SET of
+-- flow_keys): a new attempt, a new lease id for the slot's worker and key, its length within
+-- the job's timeout, and the slot number with the job as it is now.
+status = 'running',
+        attempts = j.attempts + 1,
+        lease_id = gen_random_uuid(),
+        worker_id = s.worker_id,
+        lease_key_id = s.key_id,
+        lease_instance = CAST(:instance AS text),
+        lease_ended_by = NULL,
+        lease_granted_seconds = COALESCE(s.lease_seconds, j.lease_seconds),
+        lease_expires_at = now() + make_interval(secs => LEAST(
+            COALESCE(s.lease_seconds, j.lease_seconds),
+            COALESCE(j.timeout_seconds, 2147483647))),
+        started_at = now(),
+        updated_at = now()
+    FROM slotted s
+    WHERE j.id = s.id
+    RETURNING s.slot, j.*
 
 -- name: job_claim
 -- Leases up to :max_jobs due jobs from the given unpaused queues, best priority first, locking only the rows it takes, while no limit exists (else it takes nothing); slot k goes to worker_ids[k] of key_ids[k] with lease_seconds[k].
@@ -113,45 +146,23 @@ picked AS MATERIALIZED (
     LIMIT :max_jobs
 ),
 slotted AS (
-    SELECT p.id,
-           p.slot,
-           (CAST(:worker_ids AS text[]))[p.slot] AS worker_id,
-           (CAST(:key_ids AS bigint[]))[p.slot] AS key_id,
-           (CAST(:lease_seconds AS int[]))[p.slot] AS lease_seconds
+    SELECT {{ job_claim_slot }}
     FROM (SELECT id, row_number() OVER (ORDER BY priority DESC, run_at, id) AS slot
           FROM picked) p
 ),
 claimed AS (
     UPDATE jobs j
-        SET status = 'running',
-        attempts = j.attempts + 1,
-        lease_id = gen_random_uuid(),
-        worker_id = s.worker_id,
-        lease_key_id = s.key_id,
-        lease_instance = CAST(:instance AS text),
-        lease_ended_by = NULL,
-        flow_keys = NULL,
-        lease_granted_seconds = COALESCE(s.lease_seconds, j.lease_seconds),
-        lease_expires_at = now() + make_interval(secs => LEAST(
-            COALESCE(s.lease_seconds, j.lease_seconds),
-            COALESCE(j.timeout_seconds, 2147483647))),
-        started_at = now(),
-        updated_at = now()
-    FROM slotted s
-    WHERE j.id = s.id
-    RETURNING s.slot, j.*
+    SET flow_keys = NULL,
+        {{ job_claim_lease }}
 )
 SELECT c.*, EXISTS (SELECT 1 FROM flow_limits) AS flow_active
 FROM (SELECT 1) one LEFT JOIN claimed c ON true;
 
 -- name: job_claim_limited
 -- Leases up to :max_jobs due jobs from the given unpaused queues, best priority first, within their concurrency and rate limits, locking only the rows it takes; slot k goes to worker_ids[k] of key_ids[k] with lease_seconds[k].
--- Each queue is walked in ix_jobs_claimable order (no sort of the backlog). With several queues,
--- an unlocked look at each queue's head first decides how many jobs each gives (its share of the
--- best :max_jobs); the locking walk then takes that many per queue, skipping rows others hold.
--- The jobs taken are numbered in claim order: slot k is leased to worker_ids[k] (of the API
--- key key_ids[k], NULL without keys) for lease_seconds[k] (NULL: the job's own), so several
--- concurrent claims share one statement.
+-- The walk is job_claim's (the head look that shares :max_jobs among the queues, then the
+-- locking walk of each queue in ix_jobs_claimable order), reading :window candidates per slot
+-- and passing over the keys and queues marked full; the slots and the lease are its fragments.
 --
 -- Limits (flow_limits) are enforced here, in the same statement: each candidate's limited rows
 -- in flow_state (its key's in its queue, "key:<queue>|<concurrency_key>", and its queue's,
@@ -352,35 +363,16 @@ flow_taken AS (
            OR (r.tokens < 1 AND f.blocked_until IS NULL))
 ),
 slotted AS (
-    SELECT g.id,
-           g.slot,
-           (CAST(:worker_ids AS text[]))[g.slot] AS worker_id,
-           (CAST(:key_ids AS bigint[]))[g.slot] AS key_id,
-           (CAST(:lease_seconds AS int[]))[g.slot] AS lease_seconds,
+    SELECT {{ job_claim_slot }},
            (SELECT array_agg(n.key ORDER BY n.key) FROM needs n
-            WHERE n.id = g.id AND n.max_running IS NOT NULL) AS flow_keys
+            WHERE n.id = p.id AND n.max_running IS NOT NULL) AS flow_keys
     FROM (SELECT id, row_number() OVER (ORDER BY priority DESC, run_at, id) AS slot
-          FROM granted) g
+          FROM granted) p
 ),
 claimed AS (
     UPDATE jobs j
-    SET status = 'running',
-        attempts = j.attempts + 1,
-        lease_id = gen_random_uuid(),
-        worker_id = s.worker_id,
-        lease_key_id = s.key_id,
-        lease_instance = CAST(:instance AS text),
-        lease_ended_by = NULL,
-        lease_granted_seconds = COALESCE(s.lease_seconds, j.lease_seconds),
-        lease_expires_at = now() + make_interval(secs => LEAST(
-            COALESCE(s.lease_seconds, j.lease_seconds),
-            COALESCE(j.timeout_seconds, 2147483647))),
-        flow_keys = s.flow_keys,
-        started_at = now(),
-        updated_at = now()
-    FROM slotted s
-    WHERE j.id = s.id
-    RETURNING s.slot, j.*
+    SET flow_keys = s.flow_keys,
+        {{ job_claim_lease }}
 ),
 report AS (
     SELECT (SELECT array_agg(DISTINCT n.key) FROM needs n
@@ -734,161 +726,40 @@ USING doomed
 WHERE j.id = doomed.id AND j.status IN ('succeeded', 'cancelled', 'dead')
 RETURNING j.id;
 
--- name: queue_throughput_prune
--- Deletes at most :batch_size per-minute outcome rows older than :keep_seconds.
-DELETE FROM queue_throughput t
-WHERE (t.queue, t.minute, t.outcome, t.shard) IN (
-    SELECT queue, minute, outcome, shard
-    FROM queue_throughput
-    WHERE minute < COALESCE(CAST(:now AS timestamptz), now()) - make_interval(secs => CAST(:keep_seconds AS float8))
-    ORDER BY minute
-    LIMIT :batch_size
-)
-RETURNING t.minute;
+-- name: job_due_in_queues
+-- Counts (up to :cap) due pending jobs in each of the given unpaused queues, for the long-poll backstop.
+SELECT q.name AS queue,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM jobs j
+            WHERE j.queue = q.name AND j.status = 'pending' AND j.run_at <= now()
+            -- Ordered as ix_jobs_pending_queue_run_at is: a walk of this queue's due rows only.
+            ORDER BY j.queue, j.run_at
+            LIMIT :cap) due_rows) AS due
+FROM unnest(CAST(:queues AS text[])) AS q(name)
+WHERE NOT EXISTS (SELECT 1 FROM queues p WHERE p.name = q.name AND p.paused);
 
--- name: queue_put
--- Creates a queue or sets a known one's switch (:paused NULL keeps it; a new queue is active), recording it in audit_log: queue.create for a queue with neither a row nor jobs before, else queue.pause / queue.resume (queue.create unchanged when nothing changed); answers whether it was created.
--- The row is locked first, as in queue_set_paused. Whether this call inserted the row is read
--- from xmax (0 for a row this statement inserted, not one it updated), so of two first PUTs at
--- once only one answers created. A queue known only by its jobs gets a row and is not created.
-WITH prior AS (
-    SELECT (SELECT paused FROM queues WHERE name = :name FOR UPDATE) AS row_paused,
-           (SELECT COALESCE(sum(jobs), 0) FROM queue_counts WHERE queue = :name) AS jobs
-),
-saved AS (
-    INSERT INTO queues AS q (name, paused)
-    SELECT CAST(:name AS text), COALESCE(CAST(:paused AS boolean), p.row_paused, false) FROM prior p
-    ON CONFLICT (name) DO UPDATE
-        SET paused = COALESCE(CAST(:paused AS boolean), q.paused),
-            updated_at = CASE WHEN q.paused = COALESCE(CAST(:paused AS boolean), q.paused)
-                              THEN q.updated_at ELSE now() END
-    RETURNING q.name, q.paused, q.updated_at, q.xmax = 0 AS inserted
-),
-decided AS (
-    SELECT s.name, s.paused, s.updated_at, s.inserted AND p.jobs = 0 AS created,
-           COALESCE(p.row_paused, false) AS was_paused
-    FROM saved s CROSS JOIN prior p
-),
-audited AS (
-    INSERT INTO audit_log (actor, actor_key_id, action, outcome, queue, state_before, state_after)
-    SELECT CAST(:actor AS text), CAST(:actor_key_id AS bigint),
-           CASE WHEN d.created OR d.was_paused = d.paused THEN 'queue.create'
-                WHEN d.paused THEN 'queue.pause' ELSE 'queue.resume' END,
-           CASE WHEN d.created OR d.was_paused <> d.paused THEN 'changed' ELSE 'unchanged' END,
-           d.name,
-           CASE WHEN d.created THEN NULL WHEN d.was_paused THEN 'paused' ELSE 'active' END,
-           CASE WHEN d.paused THEN 'paused' ELSE 'active' END
-    FROM decided d
-)
-SELECT name, paused, updated_at, created FROM decided;
+-- name: job_await_mark
+-- Marks an unfinished job as awaited, so that its finish notifies jobq_finished; no row: finished, awaited already, or unknown.
+-- Race-free: a transaction finishing the job either holds the row (this statement waits, then
+-- re-checks the status on the row it committed) or takes it after this one, and then writes its
+-- new version from this one, awaited = true, which fires the trigger. A job awaited already is
+-- left alone (no new row version); a plain read after this statement tells the three cases
+-- apart, in a snapshot taken after it (a read in the same statement would not see a finish
+-- this one waited for). updated_at is left as it is: waiting is no change of the job.
+UPDATE jobs SET awaited = true
+WHERE id = :id
+  AND status NOT IN ('succeeded', 'dead', 'cancelled')
+  AND NOT awaited
+RETURNING *;
 
--- name: queue_delete
--- Deletes a queue's row while no job (of any state) names the queue, recording queue.delete in audit_log; answers whether the queue had a row, its unfinished and finished jobs, and whether it was deleted.
--- A job enqueued at the moment of the delete brings the queue back, active: enqueues do not
--- take the queue's row lock, so that the hot path never waits on an ops action.
-WITH target AS (
-    SELECT name, paused FROM queues WHERE name = :name FOR UPDATE
-),
-held AS (
-    SELECT COALESCE(sum(jobs) FILTER (WHERE status NOT IN ('succeeded', 'dead', 'cancelled')), 0)::bigint
-               AS unfinished,
-           COALESCE(sum(jobs) FILTER (WHERE status IN ('succeeded', 'dead', 'cancelled')), 0)::bigint
-               AS finished
-    FROM queue_counts
-    WHERE queue = :name
-),
-removed AS (
-    DELETE FROM queues q
-    USING target t, held h
-    WHERE q.name = t.name AND h.unfinished = 0 AND h.finished = 0
-    RETURNING q.name, t.paused
-),
-audited AS (
-    INSERT INTO audit_log (actor, actor_key_id, action, outcome, queue, state_before, state_after)
-    SELECT CAST(:actor AS text), CAST(:actor_key_id AS bigint), 'queue.delete', 'changed', r.name,
-           CASE WHEN r.paused THEN 'paused' ELSE 'active' END, NULL
-    FROM removed r
-)
-SELECT EXISTS (SELECT 1 FROM target) AS known, h.unfinished, h.finished,
-       EXISTS (SELECT 1 FROM removed) AS deleted
-FROM held h;
-
--- name: queue_set_paused
--- Pauses or resumes a known queue (one with a row or with jobs), recording it in audit_log (unchanged when it already was); no row back when the queue is unknown. Claims skip paused queues.
--- The queue's row is locked first, and the upsert reads from that lock's result so it runs after
--- it: the state recorded as before is the one this call changed. A queue known only by its jobs
--- has no row: it was active (two first pauses of such a queue at once may both record
--- active -> paused). A name neither created nor used by a job is refused, so a typo leaves no
--- queue behind.
-WITH prior AS (
-    SELECT (SELECT paused FROM queues WHERE name = :name FOR UPDATE) AS row_paused,
-           (SELECT COALESCE(sum(jobs), 0) FROM queue_counts WHERE queue = :name) AS jobs
-),
-saved AS (
-    INSERT INTO queues (name, paused)
-    SELECT CAST(:name AS text), CAST(:paused AS boolean) FROM prior
-    WHERE row_paused IS NOT NULL OR jobs <> 0
-    ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()
-    RETURNING name, paused, updated_at
-),
-audited AS (
-    INSERT INTO audit_log (actor, actor_key_id, action, outcome, queue, state_before, state_after)
-    SELECT CAST(:actor AS text), CAST(:actor_key_id AS bigint),
-           CASE WHEN s.paused THEN 'queue.pause' ELSE 'queue.resume' END,
-           CASE WHEN COALESCE(p.row_paused, false) = s.paused THEN 'unchanged' ELSE 'changed' END,
-           s.name,
-           CASE WHEN COALESCE(p.row_paused, false) THEN 'paused' ELSE 'active' END,
-           CASE WHEN s.paused THEN 'paused' ELSE 'active' END
-    FROM saved s CROSS JOIN prior p
-)
-SELECT name, paused, updated_at FROM saved;
-
--- name: queue_stats
--- Per queue: jobs per state from the trigger-kept counters, the age of the oldest pending job (one index probe) and last minute's successes.
-WITH counts AS (
-    SELECT queue,
-           sum(jobs) FILTER (WHERE status = 'scheduled') AS scheduled,
-           sum(jobs) FILTER (WHERE status = 'pending') AS pending,
-           sum(jobs) FILTER (WHERE status = 'running') AS running,
-           sum(jobs) FILTER (WHERE status = 'succeeded') AS succeeded,
-           sum(jobs) FILTER (WHERE status = 'dead') AS dead,
-           sum(jobs) FILTER (WHERE status = 'cancelled') AS cancelled,
-           sum(jobs) AS total
-    FROM queue_counts
-    GROUP BY queue
-),
-names AS (
-    SELECT queue AS name FROM counts WHERE total <> 0
-    UNION
-    SELECT name FROM queues
-)
-SELECT n.name,
-       COALESCE(q.paused, false) AS paused,
-       COALESCE(c.scheduled, 0)::bigint AS scheduled,
-       COALESCE(c.pending, 0)::bigint AS pending,
-       COALESCE(c.running, 0)::bigint AS running,
-       COALESCE(c.succeeded, 0)::bigint AS succeeded,
-       COALESCE(c.dead, 0)::bigint AS dead,
-       COALESCE(c.cancelled, 0)::bigint AS cancelled,
-       (SELECT GREATEST(EXTRACT(EPOCH FROM now() - j.run_at), 0)::float8
-        FROM jobs j
-        WHERE j.queue = n.name AND j.status = 'pending'
-        -- Ordered as ix_jobs_pending_queue_run_at is: one probe of that index.
-        ORDER BY j.queue, j.run_at
-        LIMIT 1) AS oldest_pending_age_seconds,
-       -- The last 60 s, estimated from two minute buckets: all of this minute's, and the part of
-       -- the previous minute's that still lies inside the window.
-       COALESCE((SELECT round(sum(t.jobs * CASE WHEN t.minute = date_trunc('minute', now()) THEN 1
-                                                ELSE 1 - EXTRACT(EPOCH FROM now() - date_trunc('minute', now())) / 60
-                                           END))
-                 FROM queue_throughput t
-                 WHERE t.queue = n.name AND t.outcome = 'succeeded'
-                   AND t.minute >= date_trunc('minute', now()) - interval '1 minute'), 0)::bigint
-           AS succeeded_last_minute
-FROM names n
-LEFT JOIN queues q ON q.name = n.name
-LEFT JOIN counts c ON c.queue = n.name
-ORDER BY n.name;
+-- name: job_await_settled
+-- Of the given job ids, those finished or gone: the result waiters' safety net against a lost notification.
+SELECT w.id
+FROM unnest(CAST(:ids AS bigint[])) AS w(id)
+WHERE NOT EXISTS (
+    SELECT 1 FROM jobs j
+    WHERE j.id = w.id AND j.status NOT IN ('succeeded', 'dead', 'cancelled')
+);
 
 -- name: worker_list
 -- Lists the workers holding leases now (a worker is its id within its API key), with the jobs they hold, the instances that granted them, when the worker last claimed or heartbeat, and the lease expiries; with :queue_patterns (LIKE patterns), only jobs of matching queues.
@@ -908,33 +779,3 @@ WHERE j.status = 'running' AND j.lease_expires_at IS NOT NULL
        OR j.queue LIKE ANY (CAST(:queue_patterns AS text[])))
 GROUP BY j.worker_id, j.lease_key_id, k.name
 ORDER BY j.worker_id, j.lease_key_id;
-
--- name: queue_throughput
--- Outcomes (succeeded, failed, dead, cancelled) per queue and minute over the last :minutes minutes, the current one included, summed over the counter shards.
-SELECT t.queue, t.minute, t.outcome, sum(t.jobs)::bigint AS jobs
-FROM queue_throughput t
-WHERE t.minute > date_trunc('minute', now()) - make_interval(mins => CAST(:minutes AS int))
-GROUP BY t.queue, t.minute, t.outcome
-ORDER BY t.queue, t.minute, t.outcome;
-
--- name: maintenance_try_lead
--- Tries to take the session-level advisory lock that elects the maintenance leader.
-SELECT pg_try_advisory_lock(:lock_key) AS acquired;
-
--- name: health_ping
--- Confirms the database answers.
-SELECT 1 AS alive;
-
--- name: audit_insert
--- Records one admin action in audit_log, at the transaction's now(); for actions whose own statement does not (job_cancel).
-INSERT INTO audit_log (actor, actor_key_id, action, outcome, queue, job_id, state_before, state_after,
-                       detail)
-VALUES (CAST(:actor AS text), CAST(:actor_key_id AS bigint), CAST(:action AS text),
-        CAST(:outcome AS text), CAST(:queue AS text), CAST(:job_id AS bigint),
-        CAST(:state_before AS text), CAST(:state_after AS text), CAST(:detail AS jsonb));
-
--- name: flow_state_create
--- Creates the flow_state rows a claim found missing, in key order, as idle rows (nothing running, a full bucket); rows that exist by now are left alone.
-INSERT INTO flow_state (key)
-SELECT k FROM unnest(CAST(:keys AS text[])) AS k ORDER BY k
-ON CONFLICT (key) DO NOTHING;

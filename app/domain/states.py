@@ -1,0 +1,121 @@
+"""Job states and the transitions between them, as a table (pure).
+
+The SQL in ``sql/jobs.sql`` decides every transition; this table states the same rules for
+readers, the docs and error messages. ``tests/integration/test_transition_table.py`` runs each
+statement against a job in each state on a real database and checks that the two agree, so
+this is a description that cannot drift, not a second implementation.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+
+
+class JobStatus(enum.StrEnum):
+    """A job's stored state."""
+
+    SCHEDULED = "scheduled"  # waiting for its run_at; the promoter moves it to pending
+    PENDING = "pending"  # due: claimable
+    RUNNING = "running"  # leased to a worker
+    SUCCEEDED = "succeeded"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+
+class Operation(enum.StrEnum):
+    """What moves a job; outcome variants (retried or final) are separate operations."""
+
+    PROMOTE = "promote"  # run_at came
+    CLAIM = "claim"
+    COMPLETE = "complete"
+    FAIL_RETRY = "fail (attempts left, with backoff)"
+    FAIL_RETRY_NOW = "fail (attempts left, retry_after_seconds 0)"
+    FAIL_FINAL = "fail (not retryable, or last attempt)"
+    RELEASE = "release"
+    RELEASE_DELAYED = "release (delay_seconds > 0)"
+    REAP_RETRY = "reap (lease expired, attempts left)"
+    REAP_FINAL = "reap (lease expired on the last attempt)"
+    CANCEL = "cancel"
+    RETRY = "retry"
+
+
+# (operation, state before) -> state after. A pair that is absent is refused in that state.
+TRANSITIONS: Mapping[tuple[Operation, JobStatus], JobStatus] = {
+    (Operation.PROMOTE, JobStatus.SCHEDULED): JobStatus.PENDING,
+    (Operation.CLAIM, JobStatus.PENDING): JobStatus.RUNNING,
+    (Operation.COMPLETE, JobStatus.RUNNING): JobStatus.SUCCEEDED,
+    (Operation.FAIL_RETRY, JobStatus.RUNNING): JobStatus.SCHEDULED,
+    (Operation.FAIL_RETRY_NOW, JobStatus.RUNNING): JobStatus.PENDING,
+    (Operation.FAIL_FINAL, JobStatus.RUNNING): JobStatus.DEAD,
+    (Operation.RELEASE, JobStatus.RUNNING): JobStatus.PENDING,
+    (Operation.RELEASE_DELAYED, JobStatus.RUNNING): JobStatus.SCHEDULED,
+    (Operation.REAP_RETRY, JobStatus.RUNNING): JobStatus.SCHEDULED,
+    (Operation.REAP_FINAL, JobStatus.RUNNING): JobStatus.DEAD,
+    (Operation.CANCEL, JobStatus.SCHEDULED): JobStatus.CANCELLED,
+    (Operation.CANCEL, JobStatus.PENDING): JobStatus.CANCELLED,
+    (Operation.CANCEL, JobStatus.RUNNING): JobStatus.CANCELLED,
+    (Operation.RETRY, JobStatus.SUCCEEDED): JobStatus.PENDING,
+    (Operation.RETRY, JobStatus.DEAD): JobStatus.PENDING,
+    (Operation.RETRY, JobStatus.CANCELLED): JobStatus.PENDING,
+}
+
+FINISHED: frozenset[JobStatus] = frozenset(
+    {JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED}
+)
+
+
+class BulkAction(enum.StrEnum):
+    """What a bulk action does to the jobs of a search (``POST /v1/jobs/bulk/{action}``)."""
+
+    RETRY = "retry"
+    CANCEL = "cancel"
+    DELETE = "delete"
+
+
+# Per bulk action: the states it may touch, and the ones it touches when the search names no
+# state. Retry takes dead jobs unless the search names cancelled or succeeded ones: re-running
+# what someone cancelled or what already succeeded should be asked for. Cancel leaves running
+# jobs alone: ending leases wholesale is a decision made job by job (POST /v1/jobs/{id}/cancel).
+BULK_STATES: Mapping[BulkAction, tuple[frozenset[JobStatus], frozenset[JobStatus]]] = {
+    BulkAction.RETRY: (
+        frozenset({JobStatus.DEAD, JobStatus.CANCELLED, JobStatus.SUCCEEDED}),
+        frozenset({JobStatus.DEAD}),
+    ),
+    BulkAction.CANCEL: (
+        frozenset({JobStatus.SCHEDULED, JobStatus.PENDING}),
+        frozenset({JobStatus.SCHEDULED, JobStatus.PENDING}),
+    ),
+    BulkAction.DELETE: (
+        frozenset({JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED}),
+        frozenset({JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED}),
+    ),
+}
+
+
+def bulk_states_allowed(action: BulkAction) -> frozenset[JobStatus]:
+    """Every state ``action`` may touch when a search names it."""
+    return BULK_STATES[action][0]
+
+
+def bulk_states(action: BulkAction, named: JobStatus | None) -> list[JobStatus] | None:
+    """The states ``action`` touches for a search naming ``named``; ``None``: it may not touch it."""
+    allowed, default = BULK_STATES[action]
+    if named is None:
+        return [s for s in JobStatus if s in default]
+    return [named] if named in allowed else None
+
+
+def allowed_from(operation: Operation) -> list[JobStatus]:
+    """The states in which ``operation`` moves a job, in the order of :class:`JobStatus`."""
+    return [s for s in JobStatus if (operation, s) in TRANSITIONS]
+
+
+def backoff_ceiling(*, attempt: int, base_seconds: float, cap_seconds: float) -> float:
+    """The upper end of the retry delay after ``attempt``: base x 2^(attempt-1), capped.
+
+    ``jobq_backoff`` (migration 0001) draws the delay uniformly from (0, ceiling]; a test checks
+    its draws against this ceiling on a real database.
+    """
+    exponent = min(max(attempt - 1, 0), 62)
+    return float(min(cap_seconds, base_seconds * (2.0**exponent)))

@@ -1,0 +1,252 @@
+"""The queue core's own value types: what callers hand in and what the core answers (no wire models)."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from app.domain.records import Job
+from app.domain.states import BulkAction, JobStatus
+
+
+class NotGiven(enum.Enum):
+    """A field the caller left out, which keeps what is stored; ``None`` is a value that clears it."""
+
+    NOT_GIVEN = "not given"
+
+
+NOT_GIVEN = NotGiven.NOT_GIVEN
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseUpdate:
+    """One lease named in a heartbeat, complete, fail or release, and what the worker reports.
+
+    The service fills in ``worker_id`` and ``key_id`` from the call (every lease of a call
+    belongs to its worker). Each transition reads its own fields: heartbeat ``lease_seconds``,
+    ``checkpoint`` and ``progress``; complete ``result``; fail ``error``, ``retryable``,
+    ``retry_after_seconds`` and ``checkpoint``; release ``delay_seconds`` and ``checkpoint``.
+    """
+
+    job_id: int
+    lease_id: str
+    worker_id: str = ""
+    key_id: int | None = None
+    lease_seconds: int | None = None  # None: the lease length the claim asked for
+    checkpoint: Any | NotGiven = NOT_GIVEN  # any JSON value, None included
+    progress: Any | NotGiven = NOT_GIVEN
+    result: Any = None
+    error: str = ""
+    retryable: bool = True
+    retry_after_seconds: float | None = None  # None: the backoff
+    delay_seconds: float = 0.0
+
+
+class LeaseTransition(enum.StrEnum):
+    """The calls a lease holder makes; each of the last three ends the lease."""
+
+    HEARTBEAT = "heartbeat"
+    COMPLETE = "complete"
+    FAIL = "fail"
+    RELEASE = "release"
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    """A committed change of one job's state, for observers (metrics, logs) of the service.
+
+    ``kind`` is one of enqueued, claimed, completed, failed (a retry is scheduled), dead,
+    released, reaped (an expired lease went back to the queue or to dead), cancelled, retried.
+    """
+
+    kind: str
+    job_id: int
+    queue: str
+    status: str | None = None  # the job's state after the change
+    worker_id: str | None = None
+    key_id: int | None = None
+    attempt: int | None = None
+    # From the row's PostgreSQL times: run_at to the claim (claimed), the claim to the end of
+    # the attempt (completed, failed, dead); None for the other kinds.
+    waited_seconds: float | None = None
+    ran_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class ClaimSlot:
+    """One job a claim asks for: who gets its lease (the worker id within its API key), for how long."""
+
+    worker_id: str
+    key_id: int | None = None
+    lease_seconds: int | None = None  # None: the job's own lease length
+
+
+@dataclass(frozen=True)
+class ClaimOutcome:
+    """What one claim statement took, per slot, and what it says of the limits it met."""
+
+    by_slot: list[Job | None]
+    # Limited flow_state rows the statement needed but found missing: create them, claim again.
+    flow_missing: tuple[str, ...] = ()
+    # How many keys' flow_state rows other transactions held (their jobs were skipped).
+    flow_skipped: int = 0
+    # How many candidates a limit refused; their rows now say they are full, so a claim again
+    # passes over them to the next eligible jobs.
+    flow_refused: int = 0
+    # Seconds until the first empty token bucket it saw refills one token (None: none empty).
+    flow_refill_seconds: float | None = None
+    # Whether any limit exists: claims read a wider window of candidates while one does.
+    flow_active: bool = False
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """One job to enqueue, with defaults already applied by the caller's policy (or left ``None``).
+
+    ``fingerprint`` identifies the request for idempotency: the same key with another
+    fingerprint is a reuse, not a replay.
+    """
+
+    queue: str
+    type: str
+    payload: Any = None
+    priority: int = 0
+    run_at: datetime | None = None
+    delay_seconds: float | None = None
+    max_attempts: int | None = None
+    lease_seconds: int | None = None
+    timeout_seconds: int | None = None
+    idempotency_key: str | None = None
+    fingerprint: str | None = None
+    concurrency_key: str | None = None
+
+
+@dataclass(frozen=True)
+class LeaseOutcome:
+    """The verdict for one lease item of a heartbeat / complete / fail / release call."""
+
+    job_id: int
+    status: str | None
+    cancelled: bool = False
+    timed_out: bool = False
+    lease_expires_at: datetime | None = None
+    run_at: datetime | None = None
+    queue: str | None = None
+    # Seconds from the claim to this call's end of the attempt (complete, fail), by PostgreSQL.
+    ran_seconds: float | None = None
+    # Whether the job gave back running slots of a concurrency limit (other jobs may now run).
+    freed_flow: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """Whether the caller held the lease (or is repeating the call that ended it)."""
+        return self.status is not None
+
+    @property
+    def claimable_now(self) -> bool:
+        """Whether this call made the job claimable at once (waiters should hear of it)."""
+        return self.status == JobStatus.PENDING and self.queue is not None
+
+
+@dataclass(frozen=True)
+class JobDefaults:
+    """What a job gets when its producer leaves a field out; shared by enqueue and schedule runs."""
+
+    max_attempts: int
+    lease_seconds: int
+
+    def apply(self, job: NewJob) -> NewJob:
+        """The job with these defaults in the fields it left out."""
+        return replace(
+            job,
+            max_attempts=job.max_attempts or self.max_attempts,
+            lease_seconds=job.lease_seconds or self.lease_seconds,
+        )
+
+
+@dataclass(frozen=True)
+class ScheduleRun:
+    """One run of a schedule to enqueue: the schedule, the time it is for, and its job."""
+
+    schedule_name: str
+    scheduled_for: datetime
+    job: NewJob
+
+
+@dataclass(frozen=True)
+class OpsOutcome:
+    """The answer to an ops action (cancel, retry): the job as it is now, and whether it moved."""
+
+    job: Job
+    changed: bool
+    # The state the decision saw (job_cancel only), for the audit row.
+    status_before: str | None = None
+
+
+@dataclass(frozen=True)
+class JobSearch:
+    """Which jobs a listing or a bulk action covers; every field narrows it, ``None`` leaves it open."""
+
+    queue: str | None = None
+    status: JobStatus | None = None
+    type: str | None = None
+    # JSON containment: jobs whose payload holds this value (``payload @> this``).
+    payload: Any = None
+    created_after: datetime | None = None  # inclusive
+    created_before: datetime | None = None  # exclusive
+    # A scoped key's view: only queues matching these LIKE patterns (None: every queue).
+    queue_patterns: Sequence[str] | None = None
+
+    @property
+    def searches_content(self) -> bool:
+        """Whether it filters by payload or time, which the per-queue index walks cannot serve."""
+        return (
+            self.payload is not None
+            or self.created_after is not None
+            or self.created_before is not None
+        )
+
+
+@dataclass(frozen=True)
+class ListFilter:
+    """A search and a keyset position: a page of jobs newest first, below ``before_id``."""
+
+    search: JobSearch = JobSearch()
+    # Several states at once (a bulk action's); None: the search's own state, or every state.
+    statuses: tuple[JobStatus, ...] | None = None
+    before_id: int | None = None
+    limit: int = 50
+
+
+@dataclass(frozen=True)
+class BulkOutcome:
+    """What a bulk action changed, and in how many batches (each its own statement)."""
+
+    action: BulkAction
+    changed: int
+    batches: int
+
+
+@dataclass(frozen=True)
+class BackoffPolicy:
+    """How long a failed or expired attempt waits before it may run again, and what history is kept."""
+
+    base_seconds: float
+    cap_seconds: float
+    errors_kept: int
+    error_max_chars: int
+
+
+@dataclass(frozen=True)
+class AuditFilter:
+    """Filters and keyset position of an audit listing (newest first)."""
+
+    action: str | None = None
+    actor: str | None = None
+    # A scoped key's view: only entries of queues matching these LIKE patterns (None: all).
+    queue_patterns: tuple[str, ...] | None = None
+    before_id: int | None = None
+    limit: int = 50

@@ -1,0 +1,77 @@
+"""QueueStore: the statements of ``sql/queues.sql``, one method each."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from app.domain.records import QueueDeleted, QueuePut, QueueStats, QueueSwitch, QueueThroughput
+from app.store.conn import Conn
+
+
+class QueueStore:
+    """Runs the queues' statements: their switch, counters and per-minute outcomes."""
+
+    async def queue_set_paused(
+        self,
+        conn: Conn,
+        *,
+        name: str,
+        paused: bool,
+        actor: str,
+        actor_key_id: int | None,
+    ) -> QueueSwitch | None:
+        """Pauses or resumes a known queue; ``None`` when no row and no job names it."""
+        rows = await conn.fetch(
+            "queue_set_paused",
+            {"name": name, "paused": paused, "actor": actor, "actor_key_id": actor_key_id},
+        )
+        return QueueSwitch.from_row(rows[0]) if rows else None
+
+    async def queue_put(
+        self,
+        conn: Conn,
+        *,
+        name: str,
+        paused: bool | None,
+        actor: str,
+        actor_key_id: int | None,
+    ) -> QueuePut:
+        """Creates a queue or sets its switch (``None`` keeps it); the row says if it was created."""
+        [row] = await conn.fetch(
+            "queue_put",
+            {"name": name, "paused": paused, "actor": actor, "actor_key_id": actor_key_id},
+        )
+        return QueuePut.from_row(row)
+
+    async def queue_delete(
+        self, conn: Conn, *, name: str, actor: str, actor_key_id: int | None
+    ) -> QueueDeleted:
+        """Deletes a queue that no job names; the row says if it was known, deleted, and its jobs."""
+        [row] = await conn.fetch(
+            "queue_delete", {"name": name, "actor": actor, "actor_key_id": actor_key_id}
+        )
+        return QueueDeleted.from_row(row)
+
+    async def queue_stats(self, conn: Conn) -> list[QueueStats]:
+        """Counts per queue and state, from the counters."""
+        return [QueueStats.from_row(row) for row in await conn.fetch("queue_stats")]
+
+    async def queue_throughput(self, conn: Conn, *, minutes: int) -> list[QueueThroughput]:
+        """Outcomes per queue and minute over the last ``minutes`` minutes (current one included)."""
+        rows = await conn.fetch("queue_throughput", {"minutes": minutes})
+        return [QueueThroughput.from_row(row) for row in rows]
+
+    async def queue_throughput_prune(
+        self,
+        conn: Conn,
+        *,
+        keep_seconds: float,
+        batch_size: int,
+        now: datetime | None = None,
+    ) -> int:
+        """Deletes at most ``batch_size`` per-minute outcome rows older than ``keep_seconds``."""
+        rows = await conn.fetch(
+            "queue_throughput_prune",
+            {"keep_seconds": keep_seconds, "batch_size": batch_size, "now": now},
+        )
+        return len(rows)

@@ -1,0 +1,167 @@
+-- Named statements for queues: their switch (the queues table, each change recorded in
+-- audit_log), the trigger-kept counters and the per-minute outcomes. app/store/queues.py
+-- (QueueStore) is the only caller.
+
+-- name: queue_put
+-- Creates a queue or sets a known one's switch (:paused NULL keeps it; a new queue is active), recording it in audit_log: queue.create for a queue with neither a row nor jobs before, else queue.pause / queue.resume (queue.create unchanged when nothing changed); answers whether it was created.
+-- The row is locked first, as in queue_set_paused. Whether this call inserted the row is read
+-- from xmax (0 for a row this statement inserted, not one it updated), so of two first PUTs at
+-- once only one answers created. A queue known only by its jobs gets a row and is not created.
+WITH prior AS (
+    SELECT (SELECT paused FROM queues WHERE name = :name FOR UPDATE) AS row_paused,
+           (SELECT COALESCE(sum(jobs), 0) FROM queue_counts WHERE queue = :name) AS jobs
+),
+saved AS (
+    INSERT INTO queues AS q (name, paused)
+    SELECT CAST(:name AS text), COALESCE(CAST(:paused AS boolean), p.row_paused, false) FROM prior p
+    ON CONFLICT (name) DO UPDATE
+        SET paused = COALESCE(CAST(:paused AS boolean), q.paused),
+            updated_at = CASE WHEN q.paused = COALESCE(CAST(:paused AS boolean), q.paused)
+                              THEN q.updated_at ELSE now() END
+    RETURNING q.name, q.paused, q.updated_at, q.xmax = 0 AS inserted
+),
+decided AS (
+    SELECT s.name, s.paused, s.updated_at, s.inserted AND p.jobs = 0 AS created,
+           COALESCE(p.row_paused, false) AS was_paused
+    FROM saved s CROSS JOIN prior p
+),
+audited AS (
+    INSERT INTO audit_log (actor, actor_key_id, action, outcome, queue, state_before, state_after)
+    SELECT CAST(:actor AS text), CAST(:actor_key_id AS bigint),
+           CASE WHEN d.created OR d.was_paused = d.paused THEN 'queue.create'
+                WHEN d.paused THEN 'queue.pause' ELSE 'queue.resume' END,
+           CASE WHEN d.created OR d.was_paused <> d.paused THEN 'changed' ELSE 'unchanged' END,
+           d.name,
+           CASE WHEN d.created THEN NULL WHEN d.was_paused THEN 'paused' ELSE 'active' END,
+           CASE WHEN d.paused THEN 'paused' ELSE 'active' END
+    FROM decided d
+)
+SELECT name, paused, updated_at, created FROM decided;
+
+-- name: queue_delete
+-- Deletes a queue's row while no job (of any state) names the queue, recording queue.delete in audit_log; answers whether the queue had a row, its unfinished and finished jobs, and whether it was deleted.
+-- A job enqueued at the moment of the delete brings the queue back, active: enqueues do not
+-- take the queue's row lock, so that the hot path never waits on an ops action.
+WITH target AS (
+    SELECT name, paused FROM queues WHERE name = :name FOR UPDATE
+),
+held AS (
+    SELECT COALESCE(sum(jobs) FILTER (WHERE status NOT IN ('succeeded', 'dead', 'cancelled')), 0)::bigint
+               AS unfinished,
+           COALESCE(sum(jobs) FILTER (WHERE status IN ('succeeded', 'dead', 'cancelled')), 0)::bigint
+               AS finished
+    FROM queue_counts
+    WHERE queue = :name
+),
+removed AS (
+    DELETE FROM queues q
+    USING target t, held h
+    WHERE q.name = t.name AND h.unfinished = 0 AND h.finished = 0
+    RETURNING q.name, t.paused
+),
+audited AS (
+    INSERT INTO audit_log (actor, actor_key_id, action, outcome, queue, state_before, state_after)
+    SELECT CAST(:actor AS text), CAST(:actor_key_id AS bigint), 'queue.delete', 'changed', r.name,
+           CASE WHEN r.paused THEN 'paused' ELSE 'active' END, NULL
+    FROM removed r
+)
+SELECT EXISTS (SELECT 1 FROM target) AS known, h.unfinished, h.finished,
+       EXISTS (SELECT 1 FROM removed) AS deleted
+FROM held h;
+
+-- name: queue_set_paused
+-- Pauses or resumes a known queue (one with a row or with jobs), recording it in audit_log (unchanged when it already was); no row back when the queue is unknown. Claims skip paused queues.
+-- The queue's row is locked first, and the upsert reads from that lock's result so it runs after
+-- it: the state recorded as before is the one this call changed. A queue known only by its jobs
+-- has no row: it was active (two first pauses of such a queue at once may both record
+-- active -> paused). A name neither created nor used by a job is refused, so a typo leaves no
+-- queue behind.
+WITH prior AS (
+    SELECT (SELECT paused FROM queues WHERE name = :name FOR UPDATE) AS row_paused,
+           (SELECT COALESCE(sum(jobs), 0) FROM queue_counts WHERE queue = :name) AS jobs
+),
+saved AS (
+    INSERT INTO queues (name, paused)
+    SELECT CAST(:name AS text), CAST(:paused AS boolean) FROM prior
+    WHERE row_paused IS NOT NULL OR jobs <> 0
+    ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()
+    RETURNING name, paused, updated_at
+),
+audited AS (
+    INSERT INTO audit_log (actor, actor_key_id, action, outcome, queue, state_before, state_after)
+    SELECT CAST(:actor AS text), CAST(:actor_key_id AS bigint),
+           CASE WHEN s.paused THEN 'queue.pause' ELSE 'queue.resume' END,
+           CASE WHEN COALESCE(p.row_paused, false) = s.paused THEN 'unchanged' ELSE 'changed' END,
+           s.name,
+           CASE WHEN COALESCE(p.row_paused, false) THEN 'paused' ELSE 'active' END,
+           CASE WHEN s.paused THEN 'paused' ELSE 'active' END
+    FROM saved s CROSS JOIN prior p
+)
+SELECT name, paused, updated_at FROM saved;
+
+-- name: queue_stats
+-- Per queue: jobs per state from the trigger-kept counters, the age of the oldest pending job (one index probe) and last minute's successes.
+WITH counts AS (
+    SELECT queue,
+           sum(jobs) FILTER (WHERE status = 'scheduled') AS scheduled,
+           sum(jobs) FILTER (WHERE status = 'pending') AS pending,
+           sum(jobs) FILTER (WHERE status = 'running') AS running,
+           sum(jobs) FILTER (WHERE status = 'succeeded') AS succeeded,
+           sum(jobs) FILTER (WHERE status = 'dead') AS dead,
+           sum(jobs) FILTER (WHERE status = 'cancelled') AS cancelled,
+           sum(jobs) AS total
+    FROM queue_counts
+    GROUP BY queue
+),
+names AS (
+    SELECT queue AS name FROM counts WHERE total <> 0
+    UNION
+    SELECT name FROM queues
+)
+SELECT n.name,
+       COALESCE(q.paused, false) AS paused,
+       COALESCE(c.scheduled, 0)::bigint AS scheduled,
+       COALESCE(c.pending, 0)::bigint AS pending,
+       COALESCE(c.running, 0)::bigint AS running,
+       COALESCE(c.succeeded, 0)::bigint AS succeeded,
+       COALESCE(c.dead, 0)::bigint AS dead,
+       COALESCE(c.cancelled, 0)::bigint AS cancelled,
+       (SELECT GREATEST(EXTRACT(EPOCH FROM now() - j.run_at), 0)::float8
+        FROM jobs j
+        WHERE j.queue = n.name AND j.status = 'pending'
+        -- Ordered as ix_jobs_pending_queue_run_at is: one probe of that index.
+        ORDER BY j.queue, j.run_at
+        LIMIT 1) AS oldest_pending_age_seconds,
+       -- The last 60 s, estimated from two minute buckets: all of this minute's, and the part of
+       -- the previous minute's that still lies inside the window.
+       COALESCE((SELECT round(sum(t.jobs * CASE WHEN t.minute = date_trunc('minute', now()) THEN 1
+                                                ELSE 1 - EXTRACT(EPOCH FROM now() - date_trunc('minute', now())) / 60
+                                           END))
+                 FROM queue_throughput t
+                 WHERE t.queue = n.name AND t.outcome = 'succeeded'
+                   AND t.minute >= date_trunc('minute', now()) - interval '1 minute'), 0)::bigint
+           AS succeeded_last_minute
+FROM names n
+LEFT JOIN queues q ON q.name = n.name
+LEFT JOIN counts c ON c.queue = n.name
+ORDER BY n.name;
+
+-- name: queue_throughput
+-- Outcomes (succeeded, failed, dead, cancelled) per queue and minute over the last :minutes minutes, the current one included, summed over the counter shards.
+SELECT t.queue, t.minute, t.outcome, sum(t.jobs)::bigint AS jobs
+FROM queue_throughput t
+WHERE t.minute > date_trunc('minute', now()) - make_interval(mins => CAST(:minutes AS int))
+GROUP BY t.queue, t.minute, t.outcome
+ORDER BY t.queue, t.minute, t.outcome;
+
+-- name: queue_throughput_prune
+-- Deletes at most :batch_size per-minute outcome rows older than :keep_seconds.
+DELETE FROM queue_throughput t
+WHERE (t.queue, t.minute, t.outcome, t.shard) IN (
+    SELECT queue, minute, outcome, shard
+    FROM queue_throughput
+    WHERE minute < COALESCE(CAST(:now AS timestamptz), now()) - make_interval(secs => CAST(:keep_seconds AS float8))
+    ORDER BY minute
+    LIMIT :batch_size
+)
+RETURNING t.minute;
