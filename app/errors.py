@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import asyncpg
@@ -66,6 +67,10 @@ class InvalidInput(JobqError):
     """The request is well-formed JSON but a value is unusable (named in ``errors``)."""
 
 
+class UnusableValue(InvalidInput):
+    """PostgreSQL refused a value as out of range or malformed (a data exception, SQLSTATE 22...)."""
+
+
 class Unauthenticated(JobqError):
     """No valid API key came with a request that needs one (answered with ``WWW-Authenticate``)."""
 
@@ -97,6 +102,7 @@ ERROR_TABLE: dict[type[JobqError], tuple[int, str, str]] = {
     QueueNotEmpty: (409, "Conflict", "queue-not-empty"),
     IdempotencyKeyReused: (422, "Idempotency key reused", "idempotency-key-reused"),
     InvalidInput: (422, "Unprocessable Content", "validation-error"),
+    UnusableValue: (422, "Unprocessable Content", "validation-error"),
     UnsupportedMediaType: (415, "Unsupported Media Type", "unsupported-media-type"),
     Unauthenticated: (401, "Unauthorized", "unauthenticated"),
     Forbidden: (403, "Forbidden", "forbidden"),
@@ -106,6 +112,7 @@ ERROR_TABLE: dict[type[JobqError], tuple[int, str, str]] = {
 }
 
 PROBLEM_TYPE_BASE = "https://jobq.dev/problems/"
+VALUE_REFUSED = "a value is out of range or malformed"
 
 
 def problem(
@@ -186,6 +193,21 @@ def sqlstate(exc: BaseException) -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def values_refused() -> Iterator[None]:
+    """Raises PostgreSQL's data exceptions inside as :class:`UnusableValue`; other errors pass.
+
+    For callers above the services that answer input errors themselves (the dashboard's pages)
+    and must not know the driver: the input was unusable, not the server.
+    """
+    try:
+        yield
+    except (DBAPIError, asyncpg.PostgresError) as exc:
+        if not (sqlstate(exc) or "").startswith("22"):
+            raise
+        raise UnusableValue(VALUE_REFUSED) from exc
+
+
 async def _jobq_error(_: Request, exc: Exception) -> JSONResponse:
     if not isinstance(exc, JobqError):  # registered for that type only; never reached
         return await _unexpected_error(_, exc)
@@ -243,7 +265,7 @@ async def _database_error(_: Request, exc: Exception) -> JSONResponse:
         return problem(
             422,
             "Unprocessable Content",
-            "a value is out of range or malformed",
+            VALUE_REFUSED,
             slug="validation-error",
         )
     if code == "23505":

@@ -13,6 +13,13 @@ from pydantic import Field
 from app.api import schemas as wire
 from app.api.auth import allow_queue, requires
 from app.api.deps import Services
+from app.api.filters import (
+    CURSOR_MAX_CHARS,
+    NO_NUL_PATTERN,
+    PAYLOAD_FILTER_MAX_CHARS,
+    job_search,
+    payload_filter,
+)
 from app.api.render import job, jobs_response, json_response
 from app.api.schemas import (
     Job,
@@ -22,7 +29,6 @@ from app.api.schemas import (
 )
 from app.auth.keys import Permission, Principal
 from app.domain.states import BulkAction, JobStatus
-from app.domain.types import JobSearch
 from app.errors import PROBLEM, IdempotencyKeyReused, InvalidInput
 from app.http.disconnect import client_gone
 from app.http.lean import LeanRoute
@@ -157,14 +163,13 @@ def build_router(settings: Settings) -> APIRouter:
         status: JobStatus | None = None,
         type: Annotated[
             str | None,
-            # No NUL: text columns cannot hold it, so it would only fail inside PostgreSQL.
-            Query(min_length=1, max_length=settings.type_max_chars, pattern=r"^[^\x00]+$"),
+            Query(min_length=1, max_length=settings.type_max_chars, pattern=NO_NUL_PATTERN),
         ] = None,
         payload: Annotated[
             str | None,
             Query(
                 min_length=1,
-                max_length=wire.PAYLOAD_FILTER_MAX_CHARS,
+                max_length=PAYLOAD_FILTER_MAX_CHARS,
                 description="Jobs whose payload contains this JSON value (jsonb @>), e.g. "
                 '{"user": 42}; URL-encoded.',
             ),
@@ -177,7 +182,8 @@ def build_router(settings: Settings) -> APIRouter:
         ] = None,
         limit: Annotated[int, Query(ge=1, le=settings.list_max_limit)] = 50,
         after: Annotated[
-            str | None, Query(max_length=200, description="next_cursor of the previous page")
+            str | None,
+            Query(max_length=CURSOR_MAX_CHARS, description="next_cursor of the previous page"),
         ] = None,
     ) -> Response:
         """Lists and searches jobs newest first with keyset pagination (never OFFSET).
@@ -185,16 +191,15 @@ def build_router(settings: Settings) -> APIRouter:
         Filters combine: queue, state, type, payload containment, creation time range. A key
         scoped to some queues sees only their jobs; naming another queue is a 403.
         """
-        if queue is not None:
-            allow_queue(caller, queue, field="query.queue")
-        search = JobSearch(
+        search = job_search(
+            caller,
+            prefix="query.",
             queue=queue,
             status=status,
             type=type,
-            payload=wire.payload_filter(payload) if payload is not None else None,
+            payload=payload_filter(payload, field="query.payload") if payload is not None else None,
             created_after=created_after,
             created_before=created_before,
-            queue_patterns=caller.like_patterns() if queue is None else None,
         )
         rows, next_cursor = await services.ops.search(search, limit=limit, after=after)
         return jobs_response(rows, next_cursor=next_cursor)
@@ -216,16 +221,15 @@ def build_router(settings: Settings) -> APIRouter:
         it would change now and changes none. Recorded in the audit trail with its search and
         count. A key scoped to some queues acts only on their jobs.
         """
-        if body.queue is not None:
-            allow_queue(caller, body.queue, field="body.queue")
-        search = JobSearch(
+        search = job_search(
+            caller,
+            prefix="body.",
             queue=body.queue,
             status=body.status,
             type=body.type,
             payload=body.payload,
             created_after=body.created_after,
             created_before=body.created_before,
-            queue_patterns=caller.like_patterns() if body.queue is None else None,
         )
         if body.dry_run:
             count = await services.ops.bulk_preview(action, search)

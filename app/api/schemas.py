@@ -22,7 +22,6 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi.exceptions import RequestValidationError
 from pydantic import (
     AfterValidator,
     AwareDatetime,
@@ -36,6 +35,7 @@ from pydantic import (
     model_validator,
 )
 
+from app.api.filters import queue_name_pattern
 from app.domain.bounds import (
     DELAY_SECONDS_MAX,
     LEASE_SECONDS_MAX,
@@ -49,8 +49,6 @@ from app.domain.bounds import (
 )
 from app.domain.states import BulkAction, JobStatus
 from app.domain.types import NewJob
-from app.errors import InvalidInput
-from app.http.strict_json import parse_strict_json
 from app.settings import setting_default
 
 
@@ -74,7 +72,7 @@ def _date_time_text(value: Any) -> Any:
 
 def queue_name_rule(max_chars: int) -> StringConstraints:
     """What a queue name at most ``max_chars`` long looks like (``JOBQ_QUEUE_NAME_MAX_CHARS``)."""
-    return StringConstraints(pattern=rf"^[A-Za-z0-9][A-Za-z0-9_.:-]{{0,{max_chars - 1}}}$")
+    return StringConstraints(pattern=queue_name_pattern(max_chars))
 
 
 def queue_name_doc(max_chars: int) -> Any:
@@ -254,21 +252,6 @@ class JobPage(BaseModel):
 
     jobs: list[Job]
     next_cursor: str | None
-
-
-PAYLOAD_FILTER_MAX_CHARS = 4096
-
-
-def payload_filter(text: str, *, field: str = "query.payload") -> Any:
-    """A payload search given as JSON text (``{"user": 42}``), parsed as strictly as a body."""
-    if len(text) > PAYLOAD_FILTER_MAX_CHARS:
-        message = f"must be at most {PAYLOAD_FILTER_MAX_CHARS} characters of JSON"
-    else:
-        try:
-            return parse_strict_json(text.encode())
-        except RequestValidationError as exc:
-            message = str(exc.errors()[0].get("msg", "invalid JSON"))
-    raise InvalidInput(f"payload filter: {message}", errors=[{"field": field, "message": message}])
 
 
 class BulkRequest(StrictModel):

@@ -19,7 +19,7 @@ from fastapi import APIRouter, Response
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
-from app.dashboard.router import DashboardRoute
+from app.dashboard.base import DashboardRoute
 
 DOCS = "/docs"
 ASSETS = f"{DOCS}/assets"

@@ -5,7 +5,7 @@ Each record's fields are its statement's columns, in their order. Pure: no I/O, 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, Field, dataclass, field, fields
 from datetime import datetime
 from typing import Any, Self
@@ -30,7 +30,7 @@ def _default_of(spec: Field[Any]) -> Callable[[], Any]:
     return lambda: value
 
 
-class Record(Mapping[str, Any]):
+class Record:
     """A typed row: built from a row holding (at least) its fields; ``record.field`` reads it."""
 
     __slots__ = ()
@@ -46,20 +46,6 @@ class Record(Mapping[str, Any]):
         for name, default in _OPTIONAL[cls]:
             values.append(row[name] if name in row else default())
         return cls(*values)
-
-    # TEMPORARY (issue 19): read-only mapping access, ``record["field"]`` and ``.get``, for the
-    # readers not converted yet: app/dashboard/*.py (split on another branch right now) and the
-    # rest of the consumers. Remove once every reader says ``record.field``.
-    def __getitem__(self, name: str) -> Any:
-        if name not in self.__dataclass_fields__:  # type: ignore[attr-defined]
-            raise KeyError(name)
-        return getattr(self, name)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.__dataclass_fields__)  # type: ignore[attr-defined]
-
-    def __len__(self) -> int:
-        return len(self.__dataclass_fields__)  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,7 +86,7 @@ class OpsService:
         async for attempt in self.unit.ops():
             async with attempt as conn:
                 rows = await self.stores.jobs.job_list(conn, where=where)
-        next_cursor = encode_cursor(rows[limit - 1]["id"]) if len(rows) > limit else None
+        next_cursor = encode_cursor(rows[limit - 1].id) if len(rows) > limit else None
         return rows[:limit], next_cursor
 
     async def queue_stats(self) -> list[QueueStats]:
@@ -274,7 +274,7 @@ class OpsService:
             )
             return outcome.job
         raise InvalidTransition(
-            f"job {job_id} is {outcome.job['status']}; only {states_of(Operation.RETRY)} jobs can "
+            f"job {job_id} is {outcome.job.status}; only {states_of(Operation.RETRY)} jobs can "
             "be retried"
         )
 
@@ -376,5 +376,5 @@ class OpsService:
         async for attempt in self.unit.ops():
             async with attempt as conn:
                 rows = await self.stores.audit.audit_list(conn, where=where)
-        next_cursor = encode_cursor(rows[limit - 1]["id"]) if len(rows) > limit else None
+        next_cursor = encode_cursor(rows[limit - 1].id) if len(rows) > limit else None
         return rows[:limit], next_cursor

@@ -309,7 +309,7 @@ class ScheduleService:
                 rows = await self.stores.schedules.schedule_list(
                     conn, after=after, limit=limit + 1, queue_patterns=queue_patterns
                 )
-        next_cursor = rows[limit - 1]["name"] if len(rows) > limit else None
+        next_cursor = rows[limit - 1].name if len(rows) > limit else None
         return rows[:limit], next_cursor
 
     async def delete(

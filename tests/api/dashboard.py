@@ -151,4 +151,4 @@ async def seed_jobs(client: httpx.AsyncClient) -> Seeded:
 
 async def job_status(app: FastAPI, job_id: int) -> Any:
     """A job's state, read from the service."""
-    return (await app_state(app).running().services.jobs.get(job_id))["status"]
+    return (await app_state(app).running().services.jobs.get(job_id)).status

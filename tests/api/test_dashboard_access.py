@@ -50,7 +50,7 @@ def paths(templates: tuple[str, ...], seeded: Seeded) -> list[str]:
 
 async def queue_paused(app: FastAPI, name: str) -> bool:
     rows = await app_state(app).running().services.ops.queue_stats()
-    return any(r["name"] == name and r["paused"] for r in rows)
+    return any(r.name == name and r.paused for r in rows)
 
 
 @dataclass(frozen=True)
@@ -325,7 +325,7 @@ async def test_with_authentication_off_every_page_is_open_and_actions_still_need
         .running()
         .services.ops.audit_list(action=None, actor="anonymous", limit=50, after=None)
     )
-    assert {row["action"] for row in audit[0]} >= {"queue.pause", "job.cancel", "job.retry"}
+    assert {row.action for row in audit[0]} >= {"queue.pause", "job.cancel", "job.retry"}
 
 
 async def test_a_scoped_key_sees_and_acts_on_its_queues_only(

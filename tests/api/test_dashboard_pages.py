@@ -212,7 +212,7 @@ async def test_bulk_actions_confirm_the_exact_count_then_report_what_changed(
         .running()
         .services.ops.audit_list(action=None, actor="admin", limit=10, after=None)
     )
-    assert len([e for e in entries if "bulk" in e["action"]]) == 2
+    assert len([e for e in entries if "bulk" in e.action]) == 2
     audit = await admin.get("/dashboard/audit")
     assert "bulk" in audit.text
 

@@ -56,7 +56,7 @@ async def test_the_schedules_page_lists_timing_runs_and_the_last_job(
         )
     service = app_state(app).running().services
     assert (await service.schedules.enqueue_runs(batch_size=10)).enqueued == 1
-    job_id = (await service.schedules.get("nightly"))["last_job_id"]
+    job_id = (await service.schedules.get("nightly")).last_job_id
 
     async with signed_in(app, dashboard_keys.viewer) as viewer:
         page = await viewer.get("/dashboard/schedules")

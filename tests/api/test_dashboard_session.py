@@ -138,14 +138,14 @@ async def test_an_action_with_a_missing_or_forged_token_is_refused_and_changes_n
         assert str(await job_status(app, seeded.pending)) == "pending"
         assert str(await job_status(app, seeded.dead)) == "dead"
         stats = await app_state(app).running().services.ops.queue_stats()
-        assert not any(r["paused"] for r in stats)
+        assert not any(r.paused for r in stats)
         entries, _ = (
             await app_state(app)
             .running()
             .services.ops.audit_list(action=None, actor="admin", limit=50, after=None)
         )
         assert [
-            e for e in entries if e["action"] != "job.cancel" or e["job_id"] != seeded.cancelled
+            e for e in entries if e.action != "job.cancel" or e.job_id != seeded.cancelled
         ] == []
 
         # The right token, as a form field or as htmx's header, works and is audited.
@@ -165,9 +165,9 @@ async def test_an_action_with_a_missing_or_forged_token_is_refused_and_changes_n
             .running()
             .services.ops.audit_list(action=None, actor="admin", limit=50, after=None)
         )
-        done = {(e["action"], e["job_id"]) for e in entries}
+        done = {(e.action, e.job_id) for e in entries}
         assert {("job.cancel", seeded.pending), ("job.retry", seeded.dead)} <= done
-        keyed = {e["actor_key_id"] for e in entries if e["job_id"] in (seeded.pending, seeded.dead)}
+        keyed = {e.actor_key_id for e in entries if e.job_id in (seeded.pending, seeded.dead)}
         admin_id = int(dashboard_keys.admin.split("_")[1])
         assert keyed == {admin_id}
 

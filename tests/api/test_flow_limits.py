@@ -71,7 +71,7 @@ async def test_cancel_and_the_reaper_free_slots(
         )
     service = app_state(app).running().services
     reaped = await service.upkeep.reap(batch_size=10)
-    assert [r["id"] for r in reaped] == [next_one["id"]]
+    assert [r.id for r in reaped] == [next_one["id"]]
     [after] = await claim(client, max_jobs=3)
     assert after["id"] == jobs[2]["id"]
     async with clean_db.connect() as conn:

@@ -97,7 +97,7 @@ async def test_the_previous_release_serves_the_whole_lifecycle_on_the_new_schema
     async with clean_db.connect() as conn:
         now = await conn.scalar(text("SELECT now()"))
     reaped = await service.upkeep.reap(batch_size=10, now=now + timedelta(seconds=60))
-    assert [r["id"] for r in reaped] == [running["id"]]
+    assert [r.id for r in reaped] == [running["id"]]
     promoted = await service.upkeep.promote(batch_size=10, now=now + timedelta(hours=2))
     # The delayed job, and the reaped one's retry once its backoff passed.
     assert promoted == 2 and (await get_job(client, later["id"]))["status"] == "pending"

@@ -70,7 +70,7 @@ async def test_a_mark_behind_an_uncommitted_finish_waits_and_finds_it_finished(
     await finishing.commit()
     assert await asyncio.wait_for(mark, 5) is None  # re-checked on the committed row: finished
     row = await REPO.job_get(Conn.of(marker), job_id=job_id)
-    assert row is not None and row["status"] == "succeeded" and row["awaited"] is False
+    assert row is not None and row.status == "succeeded" and row.awaited is False
     # Nobody waited when it finished: no notification.
     assert await _heard_up_to_a_marker(listener, heard, finisher) == []
 
@@ -84,7 +84,7 @@ async def test_a_finish_behind_an_uncommitted_mark_sees_it_and_notifies(
     marking = marker.transaction()
     await marking.start()
     row = await REPO.job_await_mark(Conn.of(marker), job_id=job_id)
-    assert row is not None and row["awaited"] is True and row["status"] == "running"
+    assert row is not None and row.awaited is True and row.status == "running"
     finish = asyncio.create_task(finisher.execute(FINISH, job_id))
     await poll_until(lambda: someone_waits_on_a_lock(clean_db), within=5, what="the finish to wait")
     await marking.commit()

@@ -28,14 +28,14 @@ async def test_concurrent_claims_share_statements_and_each_get_their_own_leases(
             for n in range(20)
         )
     )
-    got = [row["id"] for rows in answers for row in rows]
+    got = [row.id for rows in answers for row in rows]
     assert sorted(got) == sorted(ids)  # every job once, to exactly one claim
     for n, rows in enumerate(answers):
         assert len(rows) == 3
         for row in rows:
-            stored = await job_row(clean_db, row["id"])
+            stored = await job_row(clean_db, row.id)
             assert stored["worker_id"] == f"w{n}" and stored["lease_granted_seconds"] == 10 + n
-            assert row["lease_id"] == stored["lease_id"]
+            assert row.lease_id == stored["lease_id"]
 
 
 async def test_coalesced_completes_check_ownership_item_by_item(
@@ -52,10 +52,10 @@ async def test_coalesced_completes_check_ownership_item_by_item(
 
     async def complete(n: int, rows: list[Any]) -> Any:
         # Odd workers also name a lease of their neighbour's: that item alone must be refused.
-        items = [LeaseUpdate(job_id=r["id"], lease_id=str(r["lease_id"])) for r in rows]
+        items = [LeaseUpdate(job_id=r.id, lease_id=str(r.lease_id)) for r in rows]
         if n % 2:
             other = claims[n - 1][0]
-            items.append(LeaseUpdate(job_id=other["id"], lease_id=str(other["lease_id"])))
+            items.append(LeaseUpdate(job_id=other.id, lease_id=str(other.lease_id)))
         return await svc.jobs.complete(worker_id=f"w{n}", items=items)
 
     before = svc.unit.statements["lease_complete"]
@@ -90,4 +90,4 @@ async def test_coalesced_single_enqueues_keep_their_own_idempotency(
     assert len(failures) == 1 and type(failures[0]).__name__ == "IdempotencyKeyReused"
     created = [o[0] for o in outcomes if not isinstance(o, Exception)]
     assert all(made for _, made in created) and len(created) == 9
-    assert first[0][0]["id"] not in {row["id"] for row, _ in created}
+    assert first[0][0].id not in {row.id for row, _ in created}

@@ -21,7 +21,7 @@ async def test_parallel_claims_never_share_a_job(clean_db: AsyncEngine, svc: Ser
             )
             if not rows:
                 return
-            claimed.extend(r["id"] for r in rows)
+            claimed.extend(r.id for r in rows)
 
     await asyncio.gather(*(claimer(n) for n in range(5)))
     assert sorted(claimed) == sorted(ids)
@@ -31,4 +31,4 @@ async def test_claim_never_returns_more_than_max_jobs(clean_db: AsyncEngine, svc
     await seed_jobs(clean_db, 50, queue="a")
     await seed_jobs(clean_db, 50, queue="b")
     rows = await svc.jobs.claim(worker_id="w", queues=["a", "b"], max_jobs=13, lease_seconds=None)
-    assert len(rows) == 13 and all(r["lease_seconds"] == 30 for r in rows)
+    assert len(rows) == 13 and all(r.lease_seconds == 30 for r in rows)

@@ -23,7 +23,7 @@ async def test_a_cancelled_statement_leaves_the_pool_healthy(
     [claimed] = await svc.jobs.claim(
         worker_id="w", queues=["default"], max_jobs=1, lease_seconds=30
     )
-    item = LeaseUpdate(job_id=job_id, lease_id=str(claimed["lease_id"]))
+    item = LeaseUpdate(job_id=job_id, lease_id=str(claimed.lease_id))
     async with clean_db.connect() as holder:
         transaction = await holder.begin()
         await holder.execute(text("SELECT 1 FROM jobs WHERE id = :id FOR UPDATE"), {"id": job_id})
@@ -37,6 +37,6 @@ async def test_a_cancelled_statement_leaves_the_pool_healthy(
     answers = await asyncio.gather(
         *(svc.jobs.get(job_id) for _ in range(4 * driver_pool.get_max_size()))
     )
-    assert {a["id"] for a in answers} == {job_id}
+    assert {a.id for a in answers} == {job_id}
     [done] = await svc.jobs.complete(worker_id="w", items=[item])
     assert done.ok and done.status == "succeeded"

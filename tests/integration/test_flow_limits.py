@@ -68,11 +68,11 @@ async def test_concurrent_claims_and_releases_never_exceed_a_limit(
             )
             if not rows:
                 continue
-            items = [LeaseUpdate(job_id=r["id"], lease_id=str(r["lease_id"])) for r in rows]
+            items = [LeaseUpdate(job_id=r.id, lease_id=str(r.lease_id)) for r in rows]
             outcome = rng.choice(("complete", "complete", "fail", "release"))
             if outcome == "complete":
                 await svc.jobs.complete(worker_id=f"w{n}", items=items)
-                finished.extend(r["id"] for r in rows)
+                finished.extend(r.id for r in rows)
             elif outcome == "fail":
                 failed = [
                     replace(i, error="x", retryable=True, retry_after_seconds=0) for i in items
@@ -115,7 +115,7 @@ async def test_deleting_or_truncating_running_jobs_gives_their_slots_back(
             await conn.scalar(text("SELECT running FROM flow_state WHERE key = 'key:default|k'"))
             == 4
         )
-        await conn.execute(text("DELETE FROM jobs WHERE id = :id"), {"id": rows[0]["id"]})
+        await conn.execute(text("DELETE FROM jobs WHERE id = :id"), {"id": rows[0].id})
         assert (
             await conn.scalar(text("SELECT running FROM flow_state WHERE key = 'key:default|k'"))
             == 3
@@ -130,9 +130,9 @@ async def test_the_pruner_deletes_idle_flow_rows_only(clean_db: AsyncEngine, svc
     await seed_jobs(clean_db, 1, concurrency_key="k2")
     rows = await svc.jobs.claim(worker_id="w", queues=["default"], max_jobs=2, lease_seconds=30)
     assert len(rows) == 2
-    done = next(r for r in rows if r["concurrency_key"] == "k1")
+    done = next(r for r in rows if r.concurrency_key == "k1")
     await svc.jobs.complete(
-        worker_id="w", items=[LeaseUpdate(job_id=done["id"], lease_id=str(done["lease_id"]))]
+        worker_id="w", items=[LeaseUpdate(job_id=done.id, lease_id=str(done.lease_id))]
     )
     async with clean_db.connect() as conn:
         later = await conn.scalar(text("SELECT now() + interval '1 hour'"))
@@ -145,7 +145,7 @@ async def test_the_pruner_deletes_idle_flow_rows_only(clean_db: AsyncEngine, svc
     # A claim that needs the pruned row again creates it and claims in the same call.
     await seed_jobs(clean_db, 1, concurrency_key="k1")
     [again] = await svc.jobs.claim(worker_id="w", queues=["default"], max_jobs=1, lease_seconds=30)
-    assert again["concurrency_key"] == "k1"
+    assert again.concurrency_key == "k1"
 
 
 async def test_a_rate_limit_refills_from_the_database_clock(

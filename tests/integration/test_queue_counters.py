@@ -44,7 +44,7 @@ async def test_counters_follow_every_kind_of_statement(
         )
     await svc.upkeep.promote(batch_size=100)
     claimed = await svc.jobs.claim(worker_id="w", queues=QUEUES, max_jobs=30, lease_seconds=30)
-    items = [LeaseUpdate(job_id=j["id"], lease_id=str(j["lease_id"])) for j in claimed]
+    items = [LeaseUpdate(job_id=j.id, lease_id=str(j.lease_id)) for j in claimed]
     await svc.jobs.complete(worker_id="w", items=items[:8])
     await svc.jobs.fail(worker_id="w", items=[replace(i, retryable=False) for i in items[8:12]])
     await svc.jobs.fail(worker_id="w", items=items[12:16])
@@ -88,7 +88,7 @@ async def test_counters_stay_exact_under_concurrent_writers(
             got = await svc.jobs.claim(
                 worker_id=f"w{n}", queues=QUEUES, max_jobs=3, lease_seconds=30
             )
-            items = [LeaseUpdate(job_id=j["id"], lease_id=str(j["lease_id"])) for j in got]
+            items = [LeaseUpdate(job_id=j.id, lease_id=str(j.lease_id)) for j in got]
             if items:
                 await svc.jobs.complete(worker_id=f"w{n}", items=items)
 

@@ -231,9 +231,9 @@ async def test_paused_schedules_enqueue_nothing_and_resume_from_now(
 
     resumed = await svc.schedules.set_paused("p", paused=False)
     now = await db_now(clean_db)
-    assert not resumed["paused"]
-    assert now < resumed["next_run_at"] <= now + timedelta(seconds=1)  # not the paused stretch
-    outcome = await svc.schedules.enqueue_runs(batch_size=10, now=resumed["next_run_at"])
+    assert not resumed.paused
+    assert now < resumed.next_run_at <= now + timedelta(seconds=1)  # not the paused stretch
+    outcome = await svc.schedules.enqueue_runs(batch_size=10, now=resumed.next_run_at)
     assert outcome.enqueued == 1  # the first run after the resume; nothing of the pause
 
 
@@ -244,10 +244,10 @@ async def test_replacing_a_definition_keeps_its_next_run_unless_the_timing_chang
     assert created
     await set_next_run(clean_db, "r", utc(2026, 11, 29, 2))  # missed, to be caught up
     row, created = await svc.schedules.put("r", spec(cron="0 3 * * *", timezone=BERLIN, priority=9))
-    assert not created and row["priority"] == 9 and row["next_run_at"] == utc(2026, 11, 29, 2)
+    assert not created and row.priority == 9 and row.next_run_at == utc(2026, 11, 29, 2)
     row, _ = await svc.schedules.put("r", spec(cron="0 4 * * *", timezone=BERLIN))
-    assert row["next_run_at"] > await db_now(clean_db)
-    assert row["next_run_at"].astimezone(Timing(cron="0 4 * * *", timezone=BERLIN).zone).hour == 4
+    assert row.next_run_at > await db_now(clean_db)
+    assert row.next_run_at.astimezone(Timing(cron="0 4 * * *", timezone=BERLIN).zone).hour == 4
 
 
 async def test_enqueued_runs_wake_a_waiting_claim(clean_db: AsyncEngine, svc: Services) -> None:
@@ -262,7 +262,7 @@ async def test_enqueued_runs_wake_a_waiting_claim(clean_db: AsyncEngine, svc: Se
     assert (await svc.schedules.enqueue_runs(batch_size=10)).enqueued == 1
     # No backstop runs here: only the announcement can wake the claim before its 20 s.
     [job] = await asyncio.wait_for(claim, timeout=5)
-    assert job["schedule_name"] == "wake"
+    assert job.schedule_name == "wake"
 
 
 # -- daylight saving time, through the pass ----------------------------------------------------

@@ -1,0 +1,83 @@
+"""One job (``/dashboard/jobs/{id}``): payload, result, errors, lease and timeline; cancel and retry."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from fastapi import Response
+
+from app.auth.keys import like_pattern
+from app.dashboard import views
+from app.dashboard.base import PREFIX, job_id
+from app.dashboard.board import READ, READ_OPERATE, Call, Route
+from app.dashboard.session import Flash
+from app.domain.states import JobStatus
+from app.errors import Forbidden, InvalidTransition
+
+
+async def _job(call: Call) -> dict[str, Any]:
+    row = asdict(await call.services.jobs.get(job_id(call.request.path_params.get("job_id", ""))))
+    if not call.caller.principal.covers(row["queue"]):
+        raise Forbidden(
+            f"Key {call.caller.principal.name!r} is not scoped to queue {row['queue']!r}."
+        )
+    return row
+
+
+async def job(call: Call) -> Response:
+    """One job: payload, result, errors, progress, checkpoint, lease, timeline, actions."""
+    row = await _job(call)
+    holder: dict[str, Any] | None = None
+    if row["status"] == JobStatus.RUNNING:
+        for worker in await call.services.ops.workers(queue_patterns=[like_pattern(row["queue"])]):
+            if row["id"] in (worker.job_ids or ()):
+                holder = asdict(worker)
+                break
+    return call.page(
+        "job",
+        nav="jobs",
+        job=row,
+        holder=holder,
+        errors=views.job_errors(row.get("errors")),
+        progress=views.progress_bar(row.get("progress")),
+        timeline=views.timeline(row),
+    )
+
+
+async def job_cancel(call: Call) -> Response:
+    """Cancels one job; back to its page with the outcome."""
+    return await _job_action(call, "cancel")
+
+
+async def job_retry(call: Call) -> Response:
+    """Retries one job; back to its page with the outcome."""
+    return await _job_action(call, "retry")
+
+
+async def _job_action(call: Call, verb: str) -> Response:
+    row = await _job(call)
+    principal = call.caller.principal
+    try:
+        if verb == "cancel":
+            await call.services.ops.cancel(
+                row["id"], actor=principal.name, actor_key_id=principal.key_id
+            )
+            flash = Flash("ok", f"Cancelled job {row['id']}")
+        else:
+            await call.services.ops.retry(
+                row["id"], actor=principal.name, actor_key_id=principal.key_id
+            )
+            flash = Flash("ok", f"Retried job {row['id']}: it is pending again")
+    except InvalidTransition as exc:
+        flash = Flash("error", exc.detail)
+    return call.redirect(f"{PREFIX}/jobs/{row['id']}", flash)
+
+
+# After the jobs page's routes: /jobs/bulk must not be taken for a job id.
+ROUTES = (
+    Route("GET", PREFIX + "/jobs/{job_id}", job, READ),
+    Route("GET", PREFIX + "/fragments/jobs/{job_id}", job, READ),
+    Route("POST", PREFIX + "/jobs/{job_id}/cancel", job_cancel, READ_OPERATE, action=True),
+    Route("POST", PREFIX + "/jobs/{job_id}/retry", job_retry, READ_OPERATE, action=True),
+)
