@@ -39,6 +39,7 @@ from app.queue.services import Services, build_services
 from app.queue.waiters import WaiterHub
 from app.settings import Settings
 from app.store import stores_for
+from app.store.unit import UnitOfWork
 from app.wakeup.backstop import Backstop
 from app.wakeup.control import ControlChannel, ignoring_payload
 from app.wakeup.result_backstop import ResultBackstop
@@ -157,9 +158,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     )
     announce = control.announce if settings.wakeup_announce else _announce_nothing
     services = build_services(
-        engine=engine,
-        pool=pool,
-        pool_timeout=settings.db_pool_timeout_seconds,
+        unit=UnitOfWork(engine=engine, pool=pool, pool_timeout=settings.db_pool_timeout_seconds),
         coalescing=CoalescingPolicy(
             max_in_flight=settings.coalesce_max_in_flight, max_items=settings.coalesce_max_items
         )

@@ -43,3 +43,8 @@ def instant_in_window(value: datetime) -> datetime:
             "(exclusive) in UTC"
         )
     return utc
+
+
+def valid_id(job_id: int) -> bool:
+    """Whether ``job_id`` can name a row (a positive bigint)."""
+    return 1 <= job_id <= MAX_BIGINT

@@ -119,3 +119,8 @@ def backoff_ceiling(*, attempt: int, base_seconds: float, cap_seconds: float) ->
     """
     exponent = min(max(attempt - 1, 0), 62)
     return float(min(cap_seconds, base_seconds * (2.0**exponent)))
+
+
+def states_of(operation: Operation) -> str:
+    """The states ``operation`` may start from, for an error message."""
+    return ", ".join(s.value for s in allowed_from(operation))

@@ -14,12 +14,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from app.domain.bounds import valid_id
 from app.domain.records import FlowLimit, FlowLimitSet, FlowLimitUse
 from app.errors import NotFound
 from app.queue.events import Events
-from app.queue.unit import UnitOfWork, valid_id
 from app.queue.waiters import ALL_QUEUES
 from app.store import Stores
+from app.store.unit import UnitOfWork
 
 SCOPES = ("key", "queue")
 # A flow_state row with nothing running, untouched this long (and past its bucket's refill

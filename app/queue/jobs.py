@@ -1,6 +1,6 @@
 """The hot path: enqueue, read one job, claim (long-polling), and the lease transitions.
 
-Each method is one unit of work (app/queue/unit.py): one conditional statement in autocommit,
+Each method is one unit of work (app/store/unit.py): one conditional statement in autocommit,
 or one transaction. Concurrent requests of one kind share statements (app/queue/coalesce.py).
 After each commit the change is announced through app/queue/events.py. The ops reads and
 actions, limits, schedules, awaiting results and the maintenance statements are services of
@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from app.domain.bounds import valid_id
 from app.domain.records import Job
 from app.domain.states import JobStatus
 from app.domain.types import (
@@ -30,10 +31,10 @@ from app.domain.types import (
 from app.errors import DatabaseUnavailable, IdempotencyKeyReused, InvalidTransition, NotFound
 from app.queue.coalesce import Coalescer
 from app.queue.events import Events
-from app.queue.unit import TRANSACTION_TRIES, UnitOfWork, valid_id
 from app.queue.waiters import WaiterHub, wait_either
 from app.store import Stores
 from app.store.conn import Conn
+from app.store.unit import TRANSACTION_TRIES, UnitOfWork
 
 # While any limit exists, a claim reads this many candidates per slot, so jobs over a limit can
 # be skipped for the next eligible ones.

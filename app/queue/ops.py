@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from app.domain.bounds import valid_id
 from app.domain.records import (
     AuditEntry,
     BulkCandidate,
@@ -23,12 +24,20 @@ from app.domain.records import (
     QueueThroughput,
     WorkerLeases,
 )
-from app.domain.states import BulkAction, JobStatus, Operation, bulk_states, bulk_states_allowed
+from app.domain.states import (
+    BulkAction,
+    JobStatus,
+    Operation,
+    bulk_states,
+    bulk_states_allowed,
+    states_of,
+)
 from app.domain.types import AuditFilter, BulkOutcome, JobEvent, JobSearch, ListFilter
 from app.errors import InvalidInput, InvalidTransition, NotFound, QueueNotEmpty
+from app.queue.cursors import decode_cursor, encode_cursor
 from app.queue.events import Events
-from app.queue.unit import UnitOfWork, decode_cursor, encode_cursor, states_of, valid_id
 from app.store import Stores
+from app.store.unit import UnitOfWork
 
 # Who the audit trail names for an ops action called from inside the process with no actor.
 INTERNAL_ACTOR = "internal"

@@ -20,13 +20,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+from app.domain.bounds import valid_id
 from app.domain.records import Job
 from app.domain.states import FINISHED
 from app.errors import NotFound
-from app.queue.unit import TRANSACTION_TRIES, UnitOfWork, valid_id
 from app.queue.waiters import wait_either
 from app.store import Stores
 from app.store.conn import Conn
+from app.store.unit import TRANSACTION_TRIES, UnitOfWork
 
 # The channel the trigger notifies on (migration 0012); the payload is the job id as text.
 CHANNEL = "jobq_finished"

@@ -46,9 +46,9 @@ from app.domain.states import JobStatus
 from app.domain.types import JobDefaults, JobEvent, NewJob, ScheduleRun
 from app.errors import Forbidden, InvalidInput, InvalidTransition, NotFound
 from app.queue.events import Events
-from app.queue.unit import UnitOfWork
 from app.store import Stores
 from app.store.conn import Conn
+from app.store.unit import UnitOfWork
 
 SOURCE_API = "api"
 SOURCE_FILE = "file"

@@ -8,9 +8,6 @@ service here with one line.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.domain.types import JobDefaults
 from app.queue.events import Events, Wake
@@ -19,10 +16,10 @@ from app.queue.jobs import CoalescingPolicy, JobService
 from app.queue.ops import OpsService
 from app.queue.results import ResultHub, ResultService
 from app.queue.schedules import ScheduleService
-from app.queue.unit import UnitOfWork
 from app.queue.upkeep import UpkeepService
 from app.queue.waiters import WaiterHub
 from app.store import Stores
+from app.store.unit import UnitOfWork
 
 
 @dataclass(frozen=True)
@@ -41,23 +38,20 @@ class Services:
 
 def build_services(
     *,
-    engine: AsyncEngine,
-    pool: Any,
+    unit: UnitOfWork,
     stores: Stores,
     defaults: JobDefaults,
-    pool_timeout: float = 10.0,
     coalescing: CoalescingPolicy | None = None,
     hub: WaiterHub | None = None,
     results: ResultHub | None = None,
     wake: Wake | None = None,
     bulk_batch_size: int = 1000,
 ) -> Services:
-    """Builds the services on one engine and driver pool.
+    """Builds the services on one unit of work (the engine and the driver pool under it).
 
     ``wake`` receives the wake-ups of committed changes (the control channel, which also wakes
     other instances); without it they go to ``hub``, this instance's parked claims.
     """
-    unit = UnitOfWork(engine=engine, pool=pool, pool_timeout=pool_timeout)
     hub = hub or WaiterHub()
     events = Events(wake or hub.notify)
     return Services(

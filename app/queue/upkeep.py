@@ -13,8 +13,8 @@ from datetime import datetime
 from app.domain.records import ReapedJob
 from app.domain.types import JobEvent
 from app.queue.events import Events
-from app.queue.unit import UnitOfWork
 from app.store import Stores
+from app.store.unit import UnitOfWork
 
 
 class UpkeepService:

@@ -15,6 +15,7 @@ from app.migrations import upgrade
 from app.queue.services import Services, build_services
 from app.settings import Settings
 from app.store import Stores, stores_for
+from app.store.unit import UnitOfWork
 from tests.conftest import create_database, drop_database
 
 
@@ -27,8 +28,7 @@ def service(engine: AsyncEngine, pool: Any, **options: Any) -> Services:
     """The services on the engine and driver pool with the default settings (no waiters)."""
     defaults = Settings(database_url="postgresql://unused/unused")
     return build_services(
-        engine=engine,
-        pool=pool,
+        unit=UnitOfWork(engine=engine, pool=pool),
         stores=stores(),
         defaults=JobDefaults(
             max_attempts=defaults.max_attempts_default,

@@ -9,7 +9,7 @@ from app.api.schemas import EnqueueRequest, request_fingerprint
 from app.db import async_url
 from app.errors import InvalidInput, field_name
 from app.http.strict_json import parse_strict_json
-from app.queue.unit import decode_cursor, encode_cursor
+from app.queue.cursors import decode_cursor, encode_cursor
 from app.settings import Settings
 
 

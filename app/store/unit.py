@@ -23,8 +23,6 @@ right for the state changes, single conditional statements each, and for reads.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 from collections import Counter
 from types import TracebackType
 from typing import Any
@@ -33,9 +31,7 @@ import asyncpg
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.domain.bounds import MAX_BIGINT
-from app.domain.states import Operation, allowed_from
-from app.errors import CONNECTION_ERRORS, DatabaseUnavailable, InvalidInput, sqlstate
+from app.errors import CONNECTION_ERRORS, DatabaseUnavailable, sqlstate
 from app.store.conn import Conn, DriverConn, EngineConn
 
 # Deadlock and serialization failures are safe to retry: the statement changed nothing.
@@ -244,26 +240,6 @@ class OpsAttempt:
         return False
 
 
-def encode_cursor(job_id: int) -> str:
-    """An opaque keyset cursor for the listing."""
-    return base64.urlsafe_b64encode(f"v1:{job_id}".encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> int:
-    """The job id behind a cursor; a malformed one is a 422 naming ``after``."""
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
-        version, _, value = raw.partition(":")
-        job_id = int(value)
-        if version != "v1" or not 1 <= job_id <= MAX_BIGINT + 1:
-            raise ValueError(raw)
-    except (ValueError, UnicodeDecodeError, binascii.Error):
-        raise InvalidInput(
-            "malformed cursor", errors=[{"field": "query.after", "message": "malformed cursor"}]
-        ) from None
-    return job_id
-
-
 def _unavailable(detail: str) -> DatabaseUnavailable:
     return DatabaseUnavailable(detail, headers={"Retry-After": "1"})
 
@@ -277,13 +253,3 @@ def _wire(conn: Any) -> Any:
     pool reads the same counter for ``max_queries``.)
     """
     return conn._protocol
-
-
-def valid_id(job_id: int) -> bool:
-    """Whether ``job_id`` can name a job (a positive bigint)."""
-    return 1 <= job_id <= MAX_BIGINT
-
-
-def states_of(operation: Operation) -> str:
-    """The states ``operation`` may start from, for an error message."""
-    return ", ".join(s.value for s in allowed_from(operation))
