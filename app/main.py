@@ -11,7 +11,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from sqlalchemy.exc import DBAPIError
 
-from app.api import flow_limits, jobs, metrics, ops, schedules, workers
+from app.api import flow_limits, history, jobs, metrics, ops, schedules, workers
 from app.api.schedules_file import load_schedules_file
 from app.api.state import AppState, Runtime, app_state
 from app.auth import store as key_store
@@ -286,6 +286,7 @@ def create_app(settings: Settings) -> FastAPI:
         ops.build_router(settings),
         schedules.build_router(settings),
         flow_limits.build_router(),
+        history.build_router(),
         observed.router(),
         # Server-rendered pages and their static files, none of them in the OpenAPI document.
         dashboard.build_router(settings),

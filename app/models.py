@@ -128,6 +128,16 @@ jobs = Table(
         "lease_expires_at",
         postgresql_where=text("status = 'running'"),
     ),
+    # Scheduled jobs waiting out a retry's backoff (migration 0017), per queue: counted and
+    # listed apart from jobs scheduled for later. app/domain/states.py RETRYING says the same.
+    Index(
+        "ix_jobs_retrying",
+        "queue",
+        "id",
+        postgresql_where=text(
+            "status = 'scheduled' AND lease_ended_by IN ('fail', 'expire', 'timeout')"
+        ),
+    ),
     # The promoter's scan: scheduled jobs by due time, moved to pending as they come due.
     Index("ix_jobs_scheduled_run_at", "run_at", postgresql_where=text("status = 'scheduled'")),
     # The oldest pending job of a queue, for its age in GET /v1/queues.
@@ -172,6 +182,49 @@ queues = Table(
     Column("name", Text, primary_key=True),
     Column("paused", Boolean, nullable=False, server_default=text("false")),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+)
+
+# A job's history (migration 0017): a row for each transition its row cannot tell afterwards,
+# written by the transition's own statement (app/store/sql/jobs.sql). The happy path (enqueued,
+# claimed, completed) writes none: GET /v1/jobs/{id}/events reads those from the job's columns.
+# No foreign key (TRUNCATE jobs keeps working); triggers delete a job's events with the job.
+JOB_EVENT_KINDS = (
+    "claimed",
+    "progress",
+    "released",
+    "failed",
+    "lease_expired",
+    "timed_out",
+    "completed",
+    "promoted",
+    "cancelled",
+    "retried",
+    "run_now",
+)
+
+job_events = Table(
+    "job_events",
+    metadata,
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    Column("job_id", BigInteger, nullable=False),
+    Column("at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("kind", Text, nullable=False),
+    # The attempt the event belongs to (a claim's number), NULL for operator actions.
+    Column("attempt", Integer, nullable=True),
+    # The worker id for a worker's events, the key name (as in audit_log) for an operator's,
+    # NULL for the maintenance loops.
+    Column("actor", Text, nullable=True),
+    Column("actor_key_id", BigInteger, nullable=True),
+    Column("instance", Text, nullable=True),
+    Column("data", JSONB, nullable=True),
+    CheckConstraint("kind IN (" + ", ".join(f"'{k}'" for k in JOB_EVENT_KINDS) + ")", name="kind"),
+    Index("ix_job_events_job_id_at", "job_id", "at", "id"),
+    # GET /v1/failures: the failures of a recent window, newest first.
+    Index(
+        "ix_job_events_failures_at",
+        "at",
+        postgresql_where=text("kind IN ('failed', 'lease_expired', 'timed_out')"),
+    ),
 )
 
 # Per-queue job counts per state, kept exact by triggers on jobs (migration 0006); each backend
@@ -291,6 +344,7 @@ AUDIT_ACTIONS = (
     "schedule.resume",
     "queue.create",
     "queue.delete",
+    "job.run_now",
 )
 
 audit_log = Table(

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import traceback
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -35,6 +36,25 @@ MAX_LEASES_PER_CALL = 1000  # the service's limit of lease items per call
 SAVE_TRIES = 3  # transient failures of save_checkpoint's heartbeat before the error is raised
 SETTLE_RETRY_SECONDS = 10.0  # how long complete / fail / release are retried on transient errors
 ERROR_TEXT_MAX_CHARS = 65536  # the service's limit for a fail item's ``error``
+ERROR_TYPE_MAX_CHARS = 200  # the service refuses a longer exception type name
+TRACEBACK_MAX_CHARS = 16000  # the service keeps this much of a traceback's end
+
+
+def error_detail(error: BaseException) -> dict[str, Any]:
+    """An exception as ``POST /v1/fail`` takes it: its type, its message and its traceback (the
+    end of it, where the exception line is)."""
+    kind = type(error)
+    name = (
+        kind.__qualname__
+        if kind.__module__ == "builtins"
+        else f"{kind.__module__}.{kind.__qualname__}"
+    )
+    text = "".join(traceback.format_exception(error))
+    return {
+        "type": name[-ERROR_TYPE_MAX_CHARS:],
+        "message": str(error)[:ERROR_TEXT_MAX_CHARS],
+        "traceback": text[-TRACEBACK_MAX_CHARS:],
+    }
 
 
 class HeldJob:
@@ -231,17 +251,18 @@ class LeaseKeeper:
                 exc_info=error,
             )
             await self.fail(
-                held,
-                error=f"{type(error).__name__}: {error}"[:ERROR_TEXT_MAX_CHARS],
-                retryable=not isinstance(error, NonRetryableError),
+                held, error=error_detail(error), retryable=not isinstance(error, NonRetryableError)
             )
         else:
             # Some other BaseException ended the handler: hand the job back untouched.
             logger.error("worker %s: job %s handler raised %r", self.worker_id, job_id, error)
             await self._send(held, "release")
 
-    async def fail(self, held: HeldJob, *, error: str, retryable: bool) -> None:
-        """Fails the job's attempt: retried after the service's backoff, or dead when not retryable."""
+    async def fail(self, held: HeldJob, *, error: str | dict[str, Any], retryable: bool) -> None:
+        """Fails the job's attempt: retried after the service's backoff, or dead when not retryable.
+
+        ``error`` is text, or the exception as :func:`error_detail` describes it.
+        """
         await self._send(held, "fail", error=error, retryable=retryable)
 
     async def release(self, held: HeldJob, *, delay_seconds: float = 0) -> None:

@@ -10,6 +10,7 @@ caller spells it: ``query.payload`` or ``body.queue`` for the API, the form's ow
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import datetime
 from functools import cache
 from typing import Any
@@ -26,6 +27,10 @@ from app.http.strict_json import parse_strict_json
 PAYLOAD_FILTER_MAX_CHARS = 4096
 # A keyset position (``next_cursor``) as a client may pass it back.
 CURSOR_MAX_CHARS = 200
+# The state filter's name for scheduled jobs waiting out a retry's backoff.
+RETRYING = "retrying"
+# An error-text search (``last_error ILIKE``): a phrase, not a document.
+ERROR_FILTER_MAX_CHARS = 200
 # No NUL: text columns cannot hold it, so it would only fail inside PostgreSQL.
 NO_NUL_PATTERN = r"^[^\x00]+$"
 
@@ -72,25 +77,34 @@ def job_search(
     *,
     prefix: str,
     queue: str | None = None,
-    status: JobStatus | None = None,
+    status: str | None = None,
     type: str | None = None,
     payload: Any = None,
     created_after: datetime | None = None,
     created_before: datetime | None = None,
+    error: str | None = None,
+    ids: Sequence[int] | None = None,
+    retrying: bool | None = None,
 ) -> JobSearch:
     """The search these filters ask for, within the key's scopes (403 naming ``{prefix}queue``).
 
     A queue named must be one the key covers; without one, a scoped key sees its queues only.
+    ``status`` is a stored state, or ``retrying`` (scheduled jobs waiting out a retry's backoff).
     """
     if queue is not None:
         allow_queue(principal, queue, field=f"{prefix}queue")
     patterns = principal.like_patterns() if queue is None else None
+    if status == RETRYING:
+        status, retrying = JobStatus.SCHEDULED, True
     return JobSearch(
         queue=queue,
-        status=status,
+        status=JobStatus(status) if status is not None else None,
         type=type,
         payload=payload,
         created_after=created_after,
         created_before=created_before,
         queue_patterns=tuple(patterns) if patterns is not None else None,
+        error=error,
+        ids=tuple(ids) if ids is not None else None,
+        retrying=retrying,
     )

@@ -1,4 +1,4 @@
-"""Producer and ops endpoints on jobs: enqueue (single and batch), read, search, cancel, retry, bulk actions."""
+"""Producer and ops endpoints on jobs: enqueue (single and batch), read, search, cancel, retry, run now, bulk actions."""
 
 # No ``from __future__ import annotations`` here: the endpoints are annotated with request models
 # built for the app's settings inside build_router, which FastAPI must see as classes.
@@ -15,6 +15,7 @@ from app.api.auth import allow_queue, requires
 from app.api.deps import Services
 from app.api.filters import (
     CURSOR_MAX_CHARS,
+    ERROR_FILTER_MAX_CHARS,
     NO_NUL_PATTERN,
     PAYLOAD_FILTER_MAX_CHARS,
     job_search,
@@ -28,7 +29,7 @@ from app.api.schemas import (
     new_job,
 )
 from app.auth.keys import Permission, Principal
-from app.domain.states import BulkAction, JobStatus
+from app.domain.states import BulkAction, JobState
 from app.errors import PROBLEM, IdempotencyKeyReused, InvalidInput
 from app.http.disconnect import client_gone
 from app.http.lean import LeanRoute
@@ -160,7 +161,13 @@ def build_router(settings: Settings) -> APIRouter:
         caller: Annotated[Principal, requires(Permission.READ_JOBS)],
         services: Services,
         queue: Queue | None = None,
-        status: JobStatus | None = None,
+        status: Annotated[
+            JobState | None,
+            Query(
+                description="A state; retrying: scheduled jobs waiting out a retry's backoff "
+                "(scheduled lists those too, and jobs scheduled for later)."
+            ),
+        ] = None,
         type: Annotated[
             str | None,
             Query(min_length=1, max_length=settings.type_max_chars, pattern=NO_NUL_PATTERN),
@@ -180,6 +187,15 @@ def build_router(settings: Settings) -> APIRouter:
         created_before: Annotated[
             wire.Instant | None, Query(description="Created before (RFC 3339, offset).")
         ] = None,
+        error: Annotated[
+            str | None,
+            Query(
+                min_length=1,
+                max_length=ERROR_FILTER_MAX_CHARS,
+                pattern=NO_NUL_PATTERN,
+                description="Jobs whose last error contains this text (case-insensitive).",
+            ),
+        ] = None,
         limit: Annotated[int, Query(ge=1, le=settings.list_max_limit)] = 50,
         after: Annotated[
             str | None,
@@ -188,7 +204,8 @@ def build_router(settings: Settings) -> APIRouter:
     ) -> Response:
         """Lists and searches jobs newest first with keyset pagination (never OFFSET).
 
-        Filters combine: queue, state, type, payload containment, creation time range. A key
+        Filters combine: queue, state, type, payload containment, creation time range, error
+        text. A key
         scoped to some queues sees only their jobs; naming another queue is a 403.
         """
         search = job_search(
@@ -200,6 +217,7 @@ def build_router(settings: Settings) -> APIRouter:
             payload=payload_filter(payload, field="query.payload") if payload is not None else None,
             created_after=created_after,
             created_before=created_before,
+            error=error,
         )
         rows, next_cursor = await services.ops.search(search, limit=limit, after=after)
         return jobs_response(rows, next_cursor=next_cursor)
@@ -230,6 +248,8 @@ def build_router(settings: Settings) -> APIRouter:
             payload=body.payload,
             created_after=body.created_after,
             created_before=body.created_before,
+            error=body.error,
+            ids=body.ids,
         )
         if body.dry_run:
             count = await services.ops.bulk_preview(action, search)
@@ -298,6 +318,17 @@ def build_router(settings: Settings) -> APIRouter:
         await _in_scope(caller, job_id, services)
         return json_response(
             job(await services.ops.retry(job_id, actor=caller.name, actor_key_id=caller.key_id))
+        )
+
+    @router.post("/{job_id}/run-now", response_model=Job, responses={404: PROBLEM, 409: PROBLEM})
+    async def run_job_now(
+        caller: Annotated[Principal, requires(Permission.OPERATE)], job_id: int, services: Services
+    ) -> Response:
+        """Makes a scheduled job due now: one delayed, or one waiting out a retry's backoff
+        (409 for any other state). Recorded in the audit trail and the job's history."""
+        await _in_scope(caller, job_id, services)
+        return json_response(
+            job(await services.ops.run_now(job_id, actor=caller.name, actor_key_id=caller.key_id))
         )
 
     return router

@@ -10,12 +10,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response, status
 
+from app.api.audit_models import AuditAction, AuditEntry, AuditPage
 from app.api.auth import allow_queue, requires
 from app.api.deps import Runtime, Services
 from app.api.schemas import (
-    AuditAction,
-    AuditEntry,
-    AuditPage,
     Health,
     MinuteOutcomes,
     QueueList,

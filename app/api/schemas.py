@@ -13,7 +13,6 @@ built, so validation and the OpenAPI document show the same numbers.
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import json
 import re
@@ -35,7 +34,8 @@ from pydantic import (
     model_validator,
 )
 
-from app.api.filters import queue_name_pattern
+from app.api.filters import ERROR_FILTER_MAX_CHARS, queue_name_pattern
+from app.api.history_models import JOB_ID_LIST_MAX, FailError, JobIds
 from app.domain.bounds import (
     DELAY_SECONDS_MAX,
     LEASE_SECONDS_MAX,
@@ -47,7 +47,7 @@ from app.domain.bounds import (
     TIMEOUT_SECONDS_MAX,
     instant_in_window,
 )
-from app.domain.states import BulkAction, JobStatus
+from app.domain.states import BulkAction, JobState, JobStatus
 from app.domain.types import NewJob
 from app.settings import setting_default
 
@@ -217,6 +217,10 @@ class Job(BaseModel):
     queue: str
     type: str
     status: JobStatus
+    retrying: bool = Field(
+        description="Scheduled to run again after a failed attempt's (or an expired lease's) "
+        "backoff, as opposed to scheduled for later."
+    )
     payload: JsonValue
     priority: int
     attempts: int
@@ -261,7 +265,11 @@ class BulkRequest(StrictModel):
     takes finished ones."""
 
     queue: QueueName | None = None
-    status: JobStatus | None = None
+    # Strict(False): JSON has no enum type, the state comes as text (strict mode would refuse
+    # every string, as it did before issue 20).
+    status: Annotated[JobState, Strict(False)] | None = Field(
+        default=None, description="A state, or retrying (scheduled after a failure's backoff)."
+    )
     type: JobType | None = None
     payload: JsonValue = Field(
         default=None,
@@ -269,6 +277,18 @@ class BulkRequest(StrictModel):
     )
     created_after: Instant | None = Field(default=None, description="Created at or after.")
     created_before: Instant | None = Field(default=None, description="Created before.")
+    error: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=ERROR_FILTER_MAX_CHARS,
+        description="Jobs whose last error contains this text (case-insensitive).",
+    )
+    ids: JobIds | None = Field(
+        default=None,
+        min_length=1,
+        max_length=JOB_ID_LIST_MAX,
+        description="These jobs only (picked one by one, or a failure group's).",
+    )
     dry_run: bool = Field(
         default=False, description="Count the jobs the action would change, and change none."
     )
@@ -340,7 +360,11 @@ class CompleteItem(LeaseRef):
 class FailItem(LeaseRef):
     """Fails one attempt; retried after a backoff unless not retryable or out of attempts."""
 
-    error: str = Field(default="", description="Kept cut to the service's error_text_max_chars.")
+    error: FailError = Field(
+        default="",
+        description="What went wrong: text (kept cut to the service's error_text_max_chars), or "
+        "the exception's type, message and traceback.",
+    )
     retryable: bool = True
     retry_after_seconds: float | None = Field(
         default=None,
@@ -430,6 +454,9 @@ class QueueStats(BaseModel):
     name: str
     paused: bool
     scheduled: int
+    retrying: int = Field(
+        default=0, description="Of the scheduled jobs, those waiting out a retry's backoff."
+    )
     pending: int
     running: int
     succeeded: int
@@ -501,60 +528,3 @@ class Health(BaseModel):
     """Liveness or readiness."""
 
     status: Literal["ok"]
-
-
-class AuditAction(enum.StrEnum):
-    """An admin action the audit trail records."""
-
-    JOB_CANCEL = "job.cancel"
-    JOB_RETRY = "job.retry"
-    QUEUE_PAUSE = "queue.pause"
-    QUEUE_RESUME = "queue.resume"
-    QUEUE_CREATE = "queue.create"
-    QUEUE_DELETE = "queue.delete"
-    KEY_CREATE = "key.create"
-    KEY_REVOKE = "key.revoke"
-    BULK_RETRY = "bulk.retry"
-    BULK_CANCEL = "bulk.cancel"
-    BULK_DELETE = "bulk.delete"
-    LIMIT_SET = "limit.set"
-    LIMIT_DELETE = "limit.delete"
-    SCHEDULE_CREATE = "schedule.create"
-    SCHEDULE_UPDATE = "schedule.update"
-    SCHEDULE_DELETE = "schedule.delete"
-    SCHEDULE_PAUSE = "schedule.pause"
-    SCHEDULE_RESUME = "schedule.resume"
-
-
-class AuditEntry(BaseModel):
-    """One recorded admin action: who, when (the database's clock), what it touched, the outcome."""
-
-    id: int
-    at: datetime
-    actor: str = Field(
-        description='The acting key\'s name, "anonymous" (authentication off) or "cli:<user>".'
-    )
-    action: AuditAction
-    outcome: Literal["changed", "unchanged", "refused"] = Field(
-        description="refused only for key operations (a taken name, no live key of that name)."
-    )
-    queue: str | None = Field(
-        description="The job's queue, or the queue created, deleted, paused or resumed."
-    )
-    job_id: int | None
-    key_name: str | None = Field(description="The key created or revoked.")
-    state_before: str | None = Field(
-        description='The job\'s status, "paused" / "active", or "live" / "revoked" before.'
-    )
-    state_after: str | None
-    detail: JsonValue = Field(
-        description="For a key created: its role and queue scopes. For a bulk action: its "
-        "search, the jobs it changed and its batches."
-    )
-
-
-class AuditPage(BaseModel):
-    """One page of the audit trail, newest first; pass ``next_cursor`` as ``after`` for the next."""
-
-    entries: list[AuditEntry]
-    next_cursor: str | None

@@ -48,10 +48,13 @@ def _update(item: wire.LeaseRef) -> LeaseUpdate:
     if isinstance(item, wire.CompleteItem):
         return LeaseUpdate(job_id=job_id, lease_id=lease_id, result=item.result)
     if isinstance(item, wire.FailItem):
+        error = item.error
         return LeaseUpdate(
             job_id=job_id,
             lease_id=lease_id,
-            error=item.error,
+            error=error.message if not isinstance(error, str) else error,
+            error_type=error.type if not isinstance(error, str) else None,
+            traceback=error.traceback if not isinstance(error, str) else None,
             retryable=item.retryable,
             retry_after_seconds=item.retry_after_seconds,
             checkpoint=sent("checkpoint"),

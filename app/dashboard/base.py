@@ -18,7 +18,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
 from app.domain.bounds import MAX_BIGINT
-from app.domain.states import JobStatus
+from app.domain.states import JobState
 from app.errors import ERROR_TABLE, InvalidInput, JobqError, NotFound
 
 PREFIX = "/dashboard"
@@ -31,7 +31,8 @@ PAGE_SIZE = 50
 FORM_MAX_FIELDS = 32
 RETRY = {"Retry-After": "1"}
 
-STATES: tuple[str, ...] = tuple(s.value for s in JobStatus)
+# Every state a page shows, retrying (scheduled after a failure's backoff) told apart.
+STATES: tuple[str, ...] = tuple(s.value for s in JobState)
 
 CONTENT_SECURITY_POLICY = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "

@@ -154,6 +154,7 @@ class Board:
             pretty=views.pretty_json,
             short_json=views.short_json,
             cut=views.cut,
+            exception_line=views.exception_line,
             rel=views.relative,
             q=lambda value: quote(str(value), safe=""),
         )

@@ -29,7 +29,16 @@ from starlette.routing import Mount
 
 from app.dashboard.base import CONTENT_SECURITY_POLICY, LOGIN, PREFIX, DashboardRoute
 from app.dashboard.board import Board, Route
-from app.dashboard.pages import audit, job, jobs, overview, queues, schedules, workers
+from app.dashboard.pages import (
+    audit,
+    failures,
+    job,
+    jobs,
+    overview,
+    queues,
+    schedules,
+    workers,
+)
 from app.dashboard.signin import SignIn
 from app.settings import Settings
 
@@ -42,6 +51,7 @@ PAGES: tuple[tuple[Route, ...], ...] = (
     jobs.ROUTES,
     job.ROUTES,
     workers.ROUTES,
+    failures.ROUTES,
     schedules.ROUTES,
     audit.ROUTES,
 )

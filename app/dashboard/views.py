@@ -76,6 +76,21 @@ def cut(text: str | None, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def exception_line(error: str | None) -> str:
+    """The line of an error that says what went wrong: for a traceback sent as text, its last
+    non-empty line (the exception), else the error's first line."""
+    if not error:
+        return ""
+    lines = [line.strip() for line in error.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if lines[0].startswith("Traceback (most recent call last)") or error.lstrip().startswith(
+        "Traceback"
+    ):
+        return lines[-1]
+    return lines[0]
+
+
 def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
@@ -129,78 +144,141 @@ def _instant(value: Any) -> datetime | None:
 
 @dataclass(frozen=True)
 class JobError:
-    """One entry of a job's error history (``jobs.errors``, kept by job_fail and job_reap)."""
+    """One entry of a job's error history (``jobs.errors``, kept by job_fail and job_reap), with
+    its traceback when the job's history holds one."""
 
     attempt: Any
     at: datetime | None
     worker_id: str | None
     kind: str | None
-    message: str
+    message: str  # the exception line: "Type: message" for a structured error
+    traceback: str | None = None
 
 
-def job_errors(errors: Any) -> list[JobError]:
-    """A job's error history, oldest first; entries of an unknown shape are shown as JSON."""
+def job_errors(errors: Any, events: Iterable[Any] = ()) -> list[JobError]:
+    """A job's error history, newest first; entries of an unknown shape are shown as JSON.
+
+    A failure's traceback lives in its history event, written by the same statement at the same
+    instant as the entry: matched by that instant.
+    """
     if not isinstance(errors, list):
         return []
+    tracebacks = {
+        e.at: e.data.get("traceback")
+        for e in events
+        if e.kind == "failed" and isinstance(e.data, Mapping)
+    }
     out: list[JobError] = []
     for entry in errors:
         if isinstance(entry, Mapping):
             message = entry.get("error")
+            text = message if isinstance(message, str) else short_json(message, 2000)
+            if isinstance(entry.get("type"), str):
+                text = f"{entry['type']}: {text}"
             worker = entry.get("worker_id")
             kind = entry.get("kind")
+            at = _instant(entry.get("at"))
             out.append(
                 JobError(
                     attempt=entry.get("attempt"),
-                    at=_instant(entry.get("at")),
+                    at=at,
                     worker_id=str(worker) if worker is not None else None,
                     kind=str(kind) if kind is not None else None,
-                    message=message if isinstance(message, str) else short_json(message, 2000),
+                    message=text,
+                    traceback=tracebacks.get(at) if at is not None else None,
                 )
             )
         else:
             out.append(JobError(None, None, None, None, short_json(entry, 2000)))
+    out.reverse()
     return out
 
 
 @dataclass(frozen=True)
 class TimelineEvent:
-    """One moment of a job's life."""
+    """One moment of a job's life, from its history (``GET /v1/jobs/{id}/events``)."""
 
     at: datetime
     what: str
-    kind: str  # created, scheduled, started, error, checkpoint, finished
+    # The dot's colour: created, scheduled, started, progress, released, error, operator,
+    # finished (a success), dead.
+    kind: str
+    actor: str | None = None  # who: a worker, an operator's key, or None for the service
+    traceback: str | None = None
 
 
-def timeline(job: Mapping[Any, Any]) -> list[TimelineEvent]:
-    """A job's attempts in order: created, due, errors by attempt, last start, checkpoint, end."""
-    events: list[TimelineEvent] = [TimelineEvent(job["created_at"], "created", "created")]
-    run_at: datetime | None = job.get("run_at")
-    if run_at is not None and run_at - job["created_at"] > timedelta(seconds=1):
-        label = "due" if job["status"] != "scheduled" else "due (scheduled)"
-        events.append(TimelineEvent(run_at, label, "scheduled"))
-    for error in job_errors(job.get("errors")):
-        if error.at is not None:
-            who = f" on {error.worker_id}" if error.worker_id else ""
-            events.append(
-                TimelineEvent(
-                    error.at,
-                    f"attempt {error.attempt} {error.kind or 'failed'}{who}: {cut(error.message)}",
-                    "error",
-                )
+def _next_run(data: Mapping[str, Any]) -> str:
+    status = data.get("status")
+    if status == "dead":
+        return "dead: no attempts left" if data.get("retryable", True) else "dead: not retryable"
+    run_at = _instant(data.get("run_at"))
+    if status == "scheduled" and run_at is not None:
+        return f"retrying at {utc(run_at)}"
+    return "retrying now" if status == "pending" else str(status or "")
+
+
+def _progress_text(progress: Any) -> str:
+    bar = progress_bar(progress)
+    if bar is None:
+        return short_json(progress, 80)
+    done, total = bar
+    return f"{100 * done / total:.0f}% ({done:g} of {total:g})"
+
+
+def timeline(events: Iterable[Any]) -> list[TimelineEvent]:
+    """A job's history as the job page tells it, oldest first: one line per event, with who."""
+    out: list[TimelineEvent] = []
+    for e in events:
+        data: Mapping[str, Any] = e.data if isinstance(e.data, Mapping) else {}
+        attempt = f"attempt {e.attempt}" if e.attempt is not None else "the job"
+        who = e.actor
+        if e.key_name and e.actor and e.key_name != e.actor:
+            who = f"{e.actor} (key {e.key_name})"
+        kind, what, traceback = "created", e.kind, None
+        if e.kind == "enqueued":
+            schedule = data.get("schedule")
+            what = f"enqueued in {data.get('queue', '?')}" + (
+                f" by schedule {schedule}" if schedule else ""
             )
-    started: datetime | None = job.get("started_at")
-    if started is not None:
-        worker = f" by {job['worker_id']}" if job.get("worker_id") else ""
-        events.append(
-            TimelineEvent(started, f"attempt {job['attempts']} started{worker}", "started")
-        )
-    checkpoint_at: datetime | None = job.get("checkpoint_at")
-    if checkpoint_at is not None:
-        events.append(TimelineEvent(checkpoint_at, "checkpoint saved", "checkpoint"))
-    finished: datetime | None = job.get("finished_at")
-    if finished is not None:
-        events.append(TimelineEvent(finished, f"finished: {job['status']}", "finished"))
-    return sorted(events, key=lambda e: e.at)
+        elif e.kind == "promoted":
+            kind, what = "scheduled", "came due: moved to pending"
+        elif e.kind == "claimed":
+            where = f" via {e.instance}" if e.instance else ""
+            kind, what = "started", f"{attempt} claimed by {e.actor or '?'}{where}"
+        elif e.kind == "progress":
+            kind, what = "progress", f"progress {_progress_text(data.get('progress'))}"
+        elif e.kind == "released":
+            saved = "checkpoint saved" if data.get("checkpoint_saved") else "no new checkpoint"
+            delay = data.get("delay_seconds") or 0
+            due = f", due again in {human_seconds(delay)}" if delay else ", pending again"
+            kind, what = "released", f"{attempt} released by the worker ({saved}){due}"
+        elif e.kind == "failed":
+            error = data.get("error") or ""
+            line = f"{data['type']}: {error}" if data.get("type") else error
+            kind = "dead" if data.get("status") == "dead" else "error"
+            what = f"{attempt} failed: {cut(line, 200)} — {_next_run(data)}"
+            traceback = data.get("traceback")
+        elif e.kind in ("lease_expired", "timed_out"):
+            reason = "lease expired" if e.kind == "lease_expired" else "timed out"
+            kind = "dead" if data.get("status") == "dead" else "error"
+            what = f"{attempt} {reason} — {_next_run(data)}"
+            who = None
+        elif e.kind == "completed":
+            ran = data.get("ran_seconds")
+            took = f" in {human_seconds(ran)}" if isinstance(ran, int | float) else ""
+            kind, what = "finished", f"{attempt} completed{took}"
+        elif e.kind == "cancelled":
+            before = data.get("status_before")
+            kind, what = (
+                "dead",
+                f"cancelled by {who or '?'}" + (f" (was {before})" if before else ""),
+            )
+        elif e.kind == "retried":
+            kind, what = "operator", f"retried by {who or '?'} (was {data.get('status_before')})"
+        elif e.kind == "run_now":
+            kind, what = "operator", f"run now by {who or '?'}"
+        out.append(TimelineEvent(e.at, what, kind, who, traceback))
+    return out
 
 
 @dataclass(frozen=True)

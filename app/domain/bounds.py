@@ -48,3 +48,10 @@ def instant_in_window(value: datetime) -> datetime:
 def valid_id(job_id: int) -> bool:
     """Whether ``job_id`` can name a row (a positive bigint)."""
     return 1 <= job_id <= MAX_BIGINT
+
+
+# A failure's structured error (POST /v1/fail): the exception's type name is refused beyond this
+# length; its traceback is kept to its last TRACEBACK_MAX_CHARS characters (the exception line
+# is the last), its message to the service's error_text_max_chars.
+ERROR_TYPE_MAX_CHARS = 200
+TRACEBACK_MAX_CHARS = 16_000

@@ -1,26 +1,41 @@
 """Typed rows: what the stores answer, each built once per row from either driver's row.
 
 Each record's fields are its statement's columns, in their order. Pure: no I/O, no driver types.
+
+Records are read-only by convention, not ``frozen``: a frozen dataclass sets each field through
+``object.__setattr__``, and building a 35-field ``Job`` took 4.3 µs against 0.7 µs for a plain
+slotted one filled by ``operator.itemgetter`` (measured with timeit), which a 500-job batch
+enqueue or a 50-job claim pays per row.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, Field, dataclass, field, fields
 from datetime import datetime
 from typing import Any, Self
 
-_NAMES: dict[type, tuple[str, ...]] = {}
+from app.domain.states import is_retrying
+
+_GETTERS: dict[type, Callable[[Mapping[str, Any]], tuple[Any, ...]]] = {}
 _OPTIONAL: dict[type, tuple[tuple[str, Callable[[], Any]], ...]] = {}
 
 
-def _names(cls: type) -> tuple[str, ...]:
-    names = _NAMES.get(cls)
-    if names is None:
+def _getter(cls: type) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+    """Reads a record's required fields from a row in one C call (operator.itemgetter)."""
+    getter = _GETTERS.get(cls)
+    if getter is None:
         required = [f for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
-        names = _NAMES[cls] = tuple(f.name for f in required)
+        names = [f.name for f in required]
+        if len(names) == 1:
+            one = operator.itemgetter(names[0])
+            getter = lambda row: (one(row),)  # noqa: E731
+        else:
+            getter = operator.itemgetter(*names)
+        _GETTERS[cls] = getter
         _OPTIONAL[cls] = tuple((f.name, _default_of(f)) for f in fields(cls) if f not in required)
-    return names
+    return getter
 
 
 def _default_of(spec: Field[Any]) -> Callable[[], Any]:
@@ -42,13 +57,14 @@ class Record:
         A field with a default is a column newer than the previous release's statement (which
         runs during a rolling deploy, tests/api/previous_release/): it may be missing.
         """
-        values = [row[name] for name in _names(cls)]
-        for name, default in _OPTIONAL[cls]:
-            values.append(row[name] if name in row else default())
+        values = _getter(cls)(row)
+        optional = _OPTIONAL[cls]
+        if optional:
+            values = (*values, *(row[n] if n in row else make() for n, make in optional))
         return cls(*values)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Job(Record):
     """One row of ``jobs``: every column, in the table's order."""
 
@@ -88,8 +104,13 @@ class Job(Record):
     schedule_name: str | None
     scheduled_for: datetime | None
 
+    @property
+    def retrying(self) -> bool:
+        """Scheduled to run again after a failure's (or an expired lease's) backoff."""
+        return is_retrying(self.status, self.lease_ended_by)
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True)
 class ReapedJob(Record):
     """A job the reaper moved: where it went, and whether it gave running slots of a limit back."""
 
@@ -99,7 +120,7 @@ class ReapedJob(Record):
     freed_flow: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BulkCandidate(Record):
     """One candidate of a bulk action's batch, and whether the batch changed it."""
 
@@ -108,7 +129,7 @@ class BulkCandidate(Record):
     changed: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class WorkerLeases(Record):
     """A worker holding leases now: its id within its key, its jobs and their lease expiries."""
 
@@ -122,7 +143,7 @@ class WorkerLeases(Record):
     instance: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class QueueStats(Record):
     """One queue's switch and counts per state, from the counters (queue_stats)."""
 
@@ -136,9 +157,10 @@ class QueueStats(Record):
     cancelled: int
     oldest_pending_age_seconds: float | None
     succeeded_last_minute: int
+    retrying: int = 0  # of the scheduled ones (a column newer than the previous release's)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class QueueThroughput(Record):
     """How many jobs of one queue ended one way in one minute."""
 
@@ -148,7 +170,7 @@ class QueueThroughput(Record):
     jobs: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class QueueSwitch(Record):
     """One row of ``queues``: whether the queue is paused."""
 
@@ -157,14 +179,14 @@ class QueueSwitch(Record):
     updated_at: datetime
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class QueuePut(QueueSwitch):
     """queue_put's answer: the queue's row and whether this call created the queue."""
 
     created: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class QueueDeleted(Record):
     """queue_delete's answer: whether the queue had a row, its jobs, and whether it was deleted."""
 
@@ -174,7 +196,7 @@ class QueueDeleted(Record):
     deleted: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class FlowLimit(Record):
     """One row of ``flow_limits``: a concurrency and / or rate limit on keys or queues."""
 
@@ -189,21 +211,21 @@ class FlowLimit(Record):
     updated_at: datetime
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class FlowLimitUse(FlowLimit):
     """A limit and how many jobs run under it now (flow_limit_list)."""
 
     running: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class FlowLimitSet(FlowLimit):
     """flow_limit_set's answer: the limit and whether it was new."""
 
     created: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Schedule(Record):
     """One row of ``schedules``: a periodic job's definition and where it stands."""
 
@@ -231,7 +253,7 @@ class Schedule(Record):
     errored_at: datetime | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ScheduleAt(Schedule):
     """A schedule read with the database's clock it was judged or locked by.
 
@@ -242,14 +264,14 @@ class ScheduleAt(Schedule):
     db_now: datetime
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ScheduleWritten(Schedule):
     """schedule_upsert's answer: the schedule written and whether it was new."""
 
     created: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AuditEntry(Record):
     """One row of ``audit_log``: an admin action, who made it and what it changed."""
 
@@ -267,7 +289,7 @@ class AuditEntry(Record):
     detail: Any | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class KeyRow(Record):
     """An API key as listed (never its secret's hash)."""
 
@@ -279,7 +301,7 @@ class KeyRow(Record):
     revoked_at: datetime | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class KeyPrincipal(Record):
     """What a live key authenticates as: its id, name, role and queue scopes."""
 
@@ -289,8 +311,44 @@ class KeyPrincipal(Record):
     queues: list[str] | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LiveKey(KeyPrincipal):
     """A live key with its secret's hash (the key cache's load)."""
 
     secret_sha256: bytes
+
+
+@dataclass(slots=True)
+class JobHistoryEntry(Record):
+    """One event of a job's history (``job_event_list``): stored in ``job_events``, or read from
+    the job's own columns (enqueued, the current attempt's claim, completed), then with id 0."""
+
+    id: int
+    at: datetime
+    kind: str
+    attempt: int | None
+    actor: str | None
+    actor_key_id: int | None
+    instance: str | None
+    data: Any
+    key_name: str | None
+
+
+@dataclass(slots=True)
+class FailureGroup(Record):
+    """Recent failures of one cause (``job_failure_groups``): queue, job type, error type and the
+    message with its numbers, ids and quoted values masked."""
+
+    queue: str
+    type: str
+    error_type: str
+    pattern: str
+    failures: int
+    failures_last_hour: int
+    jobs: int
+    dead_jobs: int
+    first_seen_at: datetime
+    last_seen_at: datetime
+    last_message: str
+    sample_job_ids: list[int]
+    scanned: int

@@ -23,6 +23,18 @@ class JobStatus(enum.StrEnum):
     CANCELLED = "cancelled"
 
 
+class JobState(enum.StrEnum):
+    """What a listing filters by: a stored state, or ``retrying`` (scheduled after a failure)."""
+
+    SCHEDULED = "scheduled"
+    RETRYING = "retrying"
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+
 class Operation(enum.StrEnum):
     """What moves a job; outcome variants (retried or final) are separate operations."""
 
@@ -38,6 +50,7 @@ class Operation(enum.StrEnum):
     REAP_FINAL = "reap (lease expired on the last attempt)"
     CANCEL = "cancel"
     RETRY = "retry"
+    RUN_NOW = "run now"
 
 
 # (operation, state before) -> state after. A pair that is absent is refused in that state.
@@ -58,7 +71,20 @@ TRANSITIONS: Mapping[tuple[Operation, JobStatus], JobStatus] = {
     (Operation.RETRY, JobStatus.SUCCEEDED): JobStatus.PENDING,
     (Operation.RETRY, JobStatus.DEAD): JobStatus.PENDING,
     (Operation.RETRY, JobStatus.CANCELLED): JobStatus.PENDING,
+    (Operation.RUN_NOW, JobStatus.SCHEDULED): JobStatus.PENDING,
 }
+
+# A scheduled job is *retrying* (waiting out a backoff) when its last lease ended in a failure,
+# an expiry or a timeout; otherwise it is scheduled for later (a delay, a release with a delay).
+# Not a state of its own: the column keeps six states, and ix_jobs_retrying (migration 0017)
+# holds these rows.
+RETRY_LEASE_ENDS = frozenset({"fail", "expire", "timeout"})
+
+
+def is_retrying(status: str, lease_ended_by: str | None) -> bool:
+    """Whether a job in ``status`` whose last lease ended by ``lease_ended_by`` is retrying."""
+    return status == JobStatus.SCHEDULED and lease_ended_by in RETRY_LEASE_ENDS
+
 
 FINISHED: frozenset[JobStatus] = frozenset(
     {JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED}

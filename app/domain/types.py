@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from app.domain.bounds import TRACEBACK_MAX_CHARS
 from app.domain.records import Job
 from app.domain.states import BulkAction, JobStatus
 
@@ -28,7 +29,8 @@ class LeaseUpdate:
     The service fills in ``worker_id`` and ``key_id`` from the call (every lease of a call
     belongs to its worker). Each transition reads its own fields: heartbeat ``lease_seconds``,
     ``checkpoint`` and ``progress``; complete ``result``; fail ``error``, ``retryable``,
-    ``retry_after_seconds`` and ``checkpoint``; release ``delay_seconds`` and ``checkpoint``.
+    ``retry_after_seconds``, ``checkpoint`` and, when the worker sent a structured error,
+    ``error_type`` and ``traceback``; release ``delay_seconds`` and ``checkpoint``.
     """
 
     job_id: int
@@ -39,7 +41,9 @@ class LeaseUpdate:
     checkpoint: Any | NotGiven = NOT_GIVEN  # any JSON value, None included
     progress: Any | NotGiven = NOT_GIVEN
     result: Any = None
-    error: str = ""
+    error: str = ""  # the message (the whole error text when it came as a string)
+    error_type: str | None = None
+    traceback: str | None = None
     retryable: bool = True
     retry_after_seconds: float | None = None  # None: the backoff
     delay_seconds: float = 0.0
@@ -199,14 +203,23 @@ class JobSearch:
     created_before: datetime | None = None  # exclusive
     # A scoped key's view: only queues matching these LIKE patterns (None: every queue).
     queue_patterns: Sequence[str] | None = None
+    # These jobs only (jobs picked one by one, a failure group's jobs).
+    ids: Sequence[int] | None = None
+    # Jobs whose last error contains this text (case-insensitive).
+    error: str | None = None
+    # True: only retrying jobs (scheduled after a failure's backoff); False: none of them.
+    retrying: bool | None = None
 
     @property
     def searches_content(self) -> bool:
-        """Whether it filters by payload or time, which the per-queue index walks cannot serve."""
+        """Whether it filters by payload, time, ids or error text, which the per-queue index
+        walks cannot serve."""
         return (
             self.payload is not None
             or self.created_after is not None
             or self.created_before is not None
+            or self.ids is not None
+            or self.error is not None
         )
 
 
@@ -238,6 +251,7 @@ class BackoffPolicy:
     cap_seconds: float
     errors_kept: int
     error_max_chars: int
+    traceback_max_chars: int = TRACEBACK_MAX_CHARS
 
 
 @dataclass(frozen=True)

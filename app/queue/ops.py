@@ -175,6 +175,8 @@ class OpsService:
                         statuses=states,
                         below_id=below,
                         batch_size=self.bulk_batch_size,
+                        actor=actor,
+                        actor_key_id=actor_key_id,
                     )
             if not rows:
                 break
@@ -226,15 +228,17 @@ class OpsService:
 
         One statement locks the row, decides and answers, so the answer is the job's state as
         the decision saw it, whatever commits around it. The audit row follows in the same
-        transaction, while the row is still locked (job_cancel is also run bare, by tests that
-        hold its lock, so it takes no actor).
+        transaction, while the row is still locked; the job's history records it in the
+        statement itself.
         """
         if not valid_id(job_id):
             raise NotFound(f"job {job_id} not found")
 
         async for attempt in self.unit.ops(transaction=True):
             async with attempt as conn:
-                outcome = await self.stores.jobs.job_cancel(conn, job_id=job_id)
+                outcome = await self.stores.jobs.job_cancel(
+                    conn, job_id=job_id, actor=actor, actor_key_id=actor_key_id
+                )
                 if outcome is not None and (
                     outcome.changed or outcome.job.status == JobStatus.CANCELLED
                 ):
@@ -285,6 +289,28 @@ class OpsService:
         raise InvalidTransition(
             f"job {job_id} is {outcome.job.status}; only {states_of(Operation.RETRY)} jobs can "
             "be retried"
+        )
+
+    async def run_now(
+        self, job_id: int, *, actor: str = INTERNAL_ACTOR, actor_key_id: int | None = None
+    ) -> Job:
+        """Makes a scheduled job (delayed, or waiting out a retry's backoff) due now."""
+        if not valid_id(job_id):
+            raise NotFound(f"job {job_id} not found")
+
+        async for attempt in self.unit.ops():
+            async with attempt as conn:
+                outcome = await self.stores.jobs.job_run_now(
+                    conn, job_id=job_id, actor=actor, actor_key_id=actor_key_id
+                )
+        if outcome is None:
+            raise NotFound(f"job {job_id} not found")
+        if outcome.changed:
+            self.events.wake(outcome.job.queue, 1)
+            return outcome.job
+        raise InvalidTransition(
+            f"job {job_id} is {outcome.job.status}; only {states_of(Operation.RUN_NOW)} jobs can "
+            "be run now"
         )
 
     async def set_paused(

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from app.domain.types import JobDefaults
 from app.queue.events import Events, Wake
 from app.queue.flow_limits import LimitsService
+from app.queue.history import HistoryService
 from app.queue.jobs import CoalescingPolicy, JobService
 from app.queue.ops import OpsService
 from app.queue.results import ResultHub, ResultService
@@ -31,6 +32,7 @@ class Services:
     jobs: JobService
     results: ResultService
     ops: OpsService
+    history: HistoryService
     limits: LimitsService
     schedules: ScheduleService
     upkeep: UpkeepService
@@ -67,6 +69,7 @@ def build_services(
         ),
         results=ResultService(unit=unit, stores=stores, hub=results or ResultHub()),
         ops=OpsService(unit=unit, stores=stores, events=events, bulk_batch_size=bulk_batch_size),
+        history=HistoryService(unit=unit, stores=stores),
         limits=LimitsService(unit=unit, stores=stores, events=events),
         schedules=ScheduleService(unit=unit, stores=stores, events=events, defaults=defaults),
         upkeep=UpkeepService(unit=unit, stores=stores, events=events),

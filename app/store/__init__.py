@@ -16,6 +16,7 @@ from app.domain.types import BackoffPolicy
 from app.store.audit import AuditStore
 from app.store.control import ControlStore
 from app.store.flow_limits import FlowLimitStore
+from app.store.job_events import JobEventStore
 from app.store.jobs import JobStore
 from app.store.keys import KeyStore
 from app.store.queues import QueueStore
@@ -27,6 +28,7 @@ class Stores:
     """Every store, built once per process and handed to the services that need them."""
 
     jobs: JobStore
+    job_events: JobEventStore
     queues: QueueStore
     flow_limits: FlowLimitStore
     schedules: ScheduleStore
@@ -38,6 +40,7 @@ class Stores:
 # The store class of each SQL file (by its stem): what the mapping test walks.
 STORE_OF_FILE: dict[str, type] = {
     "jobs": JobStore,
+    "job_events": JobEventStore,
     "queues": QueueStore,
     "flow_limits": FlowLimitStore,
     "schedules": ScheduleStore,
@@ -73,6 +76,7 @@ def stores_for(settings: StoreSettings) -> Stores:
     instance = settings.instance_name or f"{socket.gethostname()}:{os.getpid()}"
     return Stores(
         jobs=JobStore(backoff=backoff, instance=instance),
+        job_events=JobEventStore(),
         queues=QueueStore(),
         flow_limits=FlowLimitStore(),
         schedules=ScheduleStore(),

@@ -74,6 +74,8 @@ def _lease_params(item: LeaseUpdate) -> dict[str, Any]:
         "lease_seconds": item.lease_seconds,
         "result": item.result,
         "error": item.error,
+        "error_type": item.error_type,
+        "traceback": item.traceback,
         "retryable": item.retryable,
         "retry_after_seconds": item.retry_after_seconds,
         "delay_seconds": item.delay_seconds,
@@ -281,12 +283,26 @@ class JobStore:
     # Retry records itself in audit_log in its own statement, naming ``actor`` (and its API
     # key's id, ``None`` without one); cancel's caller adds audit_insert.
 
-    async def job_cancel(self, conn: Conn, *, job_id: int) -> OpsOutcome | None:
+    async def job_cancel(
+        self, conn: Conn, *, job_id: int, actor: str, actor_key_id: int | None
+    ) -> OpsOutcome | None:
         """Cancels a pending, scheduled or running job; the job as it is now, ``None`` if unknown.
 
         The row also carries ``status_before``, the state the decision saw.
         """
-        return _ops_outcome(await conn.fetch("job_cancel", {"id": job_id}))
+        rows = await conn.fetch(
+            "job_cancel", {"id": job_id, "actor": actor, "actor_key_id": actor_key_id}
+        )
+        return _ops_outcome(rows)
+
+    async def job_run_now(
+        self, conn: Conn, *, job_id: int, actor: str, actor_key_id: int | None
+    ) -> OpsOutcome | None:
+        """Makes a scheduled (or retrying) job due now; the job as it is now, ``None`` if unknown."""
+        rows = await conn.fetch(
+            "job_run_now", {"id": job_id, "actor": actor, "actor_key_id": actor_key_id}
+        )
+        return _ops_outcome(rows)
 
     async def job_retry(
         self, conn: Conn, *, job_id: int, actor: str, actor_key_id: int | None
@@ -313,10 +329,18 @@ class JobStore:
         statuses: Sequence[JobStatus],
         below_id: int | None,
         batch_size: int,
+        actor: str,
+        actor_key_id: int | None,
     ) -> list[BulkCandidate]:
         """One batch of a bulk action: its candidates (id, queue) and whether each was changed."""
         query = job_bulk_batch_query(
-            action, search, statuses, below_id=below_id, batch_size=batch_size
+            action,
+            search,
+            statuses,
+            below_id=below_id,
+            batch_size=batch_size,
+            actor=actor,
+            actor_key_id=actor_key_id,
         )
         return [BulkCandidate.from_row(row) for row in await conn.fetch_query(query)]
 
@@ -334,6 +358,7 @@ class JobStore:
         """Returns at most ``batch_size`` expired leases to scheduled (or dead); answers the rows moved."""
         params = {"batch_size": batch_size, "now": now, **self._backoff_params()}
         params.pop("error_max_chars")
+        params.pop("traceback_max_chars")
         return [ReapedJob.from_row(row) for row in await conn.fetch("job_reap", params)]
 
     async def job_promote(
@@ -391,4 +416,5 @@ class JobStore:
             "backoff_cap": self.backoff.cap_seconds,
             "errors_kept": self.backoff.errors_kept,
             "error_max_chars": self.backoff.error_max_chars,
+            "traceback_max_chars": self.backoff.traceback_max_chars,
         }

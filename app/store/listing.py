@@ -11,24 +11,29 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     ColumnElement,
+    Integer,
     Select,
     Text,
     and_,
     any_,
     cast,
     delete,
+    exists,
     func,
+    insert,
     literal,
     select,
     true,
+    union_all,
     update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
-from app.domain.states import BulkAction, JobStatus
+from app.domain.states import RETRY_LEASE_ENDS, BulkAction, JobStatus
 from app.domain.types import AuditFilter, JobSearch, ListFilter
-from app.models import audit_log, jobs, queue_counts
+from app.models import audit_log, job_events, jobs, queue_counts
 from app.store.conn import to_json
 
 # The statements built here, by the SQL file (store) whose class runs them.
@@ -52,6 +57,17 @@ def _search_conditions(search: JobSearch) -> list[ColumnElement[bool]]:
         conditions.append(jobs.c.created_at >= search.created_after)
     if search.created_before is not None:
         conditions.append(jobs.c.created_at < search.created_before)
+    if search.retrying is not None:
+        retrying = and_(
+            jobs.c.status == JobStatus.SCHEDULED.value,
+            jobs.c.lease_ended_by.in_(sorted(RETRY_LEASE_ENDS)),
+        )
+        conditions.append(retrying if search.retrying else ~retrying)
+    if search.ids is not None:
+        conditions.append(jobs.c.id == any_(literal(list(search.ids), ARRAY(BigInteger))))
+    if search.error is not None:
+        pattern = search.error.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        conditions.append(jobs.c.last_error.ilike(f"%{pattern}%"))
     return conditions
 
 
@@ -159,7 +175,7 @@ def job_count_query(search: JobSearch, statuses: Sequence[JobStatus]) -> Select[
     """How many jobs of ``statuses`` a search covers now: from the counters when it names no
     type, payload or time, else counted through the indexes the listing uses."""
     states = [s.value for s in statuses]
-    if search.type is None and not search.searches_content:
+    if search.type is None and search.retrying is None and not search.searches_content:
         return select(func.coalesce(func.sum(queue_counts.c.jobs), 0)).where(
             queue_counts.c.status.in_(states), *_in_queues(queue_counts.c.queue, search)
         )
@@ -208,10 +224,13 @@ def job_bulk_batch_query(
     *,
     below_id: int | None,
     batch_size: int,
+    actor: str,
+    actor_key_id: int | None,
 ) -> Select[Any]:
     """One batch of a bulk action as one statement: the newest ``batch_size`` jobs of the search
     below ``below_id``, found as the listing finds a page, then locked, checked again and
-    changed. Answers every candidate with whether this statement changed it; the next batch
+    changed, each change recorded in the job's history with ``actor``. Answers every candidate
+    with whether this statement changed it; the next batch
     starts below the lowest candidate, so no batch walks over the jobs an earlier one changed
     or deleted."""
     states = [s.value for s in statuses]
@@ -230,8 +249,9 @@ def job_bulk_batch_query(
         .table_valued("id")
         .render_derived(name="c")
     )
+    # The locked rows as they are before the change: what the history records of them.
     locked = (
-        select(jobs.c.id)
+        select(*[jobs.c[name] for name in _BEFORE_CHANGE])
         .select_from(ids.join(jobs, jobs.c.id == ids.c.id))
         .with_for_update(of=jobs)
         .cte("locked")
@@ -243,15 +263,17 @@ def job_bulk_batch_query(
     )
     if action is BulkAction.DELETE:
         change: Any = delete(jobs).where(chosen).returning(jobs.c.id).cte("changed")
+        recorded = None
     else:
         change = (
             update(jobs)
-            .where(chosen)
+            .where(chosen, jobs.c.id == locked.c.id)
             .values(dict(_BULK_SET[action]))
-            .returning(jobs.c.id)
+            .returning(jobs.c.id, *[locked.c[name].label(f"was_{name}") for name in _BEFORE_CHANGE])
             .cte("changed")
         )
-    return (
+        recorded = _bulk_events(action, change, actor=actor, actor_key_id=actor_key_id)
+    query = (
         select(
             candidates.c.id,
             candidates.c.queue,
@@ -260,6 +282,68 @@ def job_bulk_batch_query(
         .select_from(candidates.outerjoin(change, change.c.id == candidates.c.id))
         .order_by(candidates.c.id.desc())
     )
+    if recorded is not None:
+        query = query.add_cte(recorded)
+    return query
+
+
+_BEFORE_CHANGE = (
+    "id",
+    "status",
+    "started_at",
+    "finished_at",
+    "attempts",
+    "worker_id",
+    "lease_key_id",
+    "lease_instance",
+)
+
+
+def _bulk_events(action: BulkAction, change: Any, *, actor: str, actor_key_id: int | None) -> Any:
+    """The job_events rows of a bulk batch, as a CTE: the operator's action on each changed job,
+    and for a retry first what the job's columns told of its last run (the claim and the
+    completion not recorded yet), as ``job_retry`` writes them (sql/jobs.sql)."""
+    columns = ["job_id", "at", "kind", "attempt", "actor", "actor_key_id", "instance", "data"]
+    c = change.c
+    kind = "retried" if action is BulkAction.RETRY else "cancelled"
+    operator = select(
+        c.id,
+        func.now(),
+        literal(kind),
+        literal(None, Integer),
+        literal(actor),
+        literal(actor_key_id, BigInteger),
+        literal(None, Text),
+        func.jsonb_build_object("status_before", c.was_status, "bulk", True),
+    )
+    if action is not BulkAction.RETRY:
+        rows: Any = operator
+    else:
+        stored = job_events.alias("s")
+
+        def not_recorded(event: str, at: Any) -> Any:
+            return ~exists().where(
+                stored.c.job_id == c.id, stored.c.kind == event, stored.c.at == at
+            )
+
+        def last_run(event: str, at: Any, *conditions: Any) -> Any:
+            return select(
+                c.id,
+                at,
+                literal(event),
+                c.was_attempts,
+                c.was_worker_id,
+                c.was_lease_key_id,
+                c.was_lease_instance,
+                literal(None, JSONB),
+            ).where(at.is_not(None), not_recorded(event, at), *conditions)
+
+        rows = union_all(
+            last_run("claimed", c.was_started_at),
+            last_run("completed", c.was_finished_at, c.was_status == "succeeded"),
+            operator,
+        )
+    return insert(job_events).from_select(columns, rows).cte("recorded")
 
 
 def audit_list_query(where: AuditFilter) -> Select[Any]:

@@ -29,6 +29,12 @@ const leaseSeconds = process.env.JOBQ_LEASE_SECONDS ? Number(process.env.JOBQ_LE
 const CALL_TIMEOUT_MS = 15_000;
 const RETRY_DELAY_MS = 1_000;
 
+/** A thrown value as POST /v1/fail takes it: type, message and stack (the service keeps its last 16,000 characters). */
+function errorDetail(error) {
+  if (!(error instanceof Error)) return { type: typeof error, message: String(error) };
+  return { type: (error.name || "Error").slice(0, 200), message: error.message ?? "", traceback: error.stack ?? null };
+}
+
 /** Raised by a handler for an error that another attempt would not fix. */
 class NonRetryableError extends Error {
   name = "NonRetryableError";
@@ -140,7 +146,7 @@ async function main() {
       try {
         done.push({ ...ref, result: await handler(job.payload, job) });
       } catch (error) {
-        failed.push({ ...ref, error: `${error.name}: ${error.message}`, retryable: !(error instanceof NonRetryableError) });
+        failed.push({ ...ref, error: errorDetail(error), retryable: !(error instanceof NonRetryableError) });
       }
     }
     await leaseCall("complete", done);

@@ -30,6 +30,10 @@ NEEDS: dict[tuple[str, str], str] = {
     ("GET", "/v1/jobs/{job_id}"): Permission.READ_JOBS,
     ("POST", "/v1/jobs/{job_id}/cancel"): Permission.OPERATE,
     ("POST", "/v1/jobs/{job_id}/retry"): Permission.OPERATE,
+    ("POST", "/v1/jobs/{job_id}/run-now"): Permission.OPERATE,
+    ("GET", "/v1/jobs/{job_id}/events"): Permission.READ_JOBS,
+    ("GET", "/v1/failures"): Permission.OBSERVE,
+    ("POST", "/v1/failures/{action}"): Permission.OPERATE,
     ("POST", "/v1/jobs/bulk/{action}"): Permission.OPERATE,
     ("POST", "/v1/claim"): Permission.WORK,
     ("POST", "/v1/heartbeat"): Permission.WORK,
@@ -104,6 +108,12 @@ def _body(method: str, path: str, seed: dict[str, Any]) -> dict[str, Any] | None
         ("POST", "/v1/fail"): {"worker_id": "w", "leases": [lease]},
         ("POST", "/v1/release"): {"worker_id": "w", "leases": [lease]},
         ("POST", "/v1/jobs/bulk/{action}"): {"queue": "emails"},
+        ("POST", "/v1/failures/{action}"): {
+            "queue": "emails",
+            "type": "t",
+            "error_type": "failed",
+            "pattern": "x",
+        },
         ("PUT", "/v1/limits"): {"scope": "queue", "pattern": "emails", "max_running": 3},
         ("PUT", "/v1/schedules/{name}"): {
             "interval_seconds": 60,
@@ -196,6 +206,7 @@ async def test_a_wrong_scope_key_of_the_right_role_is_refused_or_sees_nothing(
     assert response.status_code < 500, response.text
     listings = {"/v1/jobs": "jobs", "/v1/queues": "queues", "/v1/workers": "workers"}
     listings |= {"/v1/audit": "entries", "/v1/limits": "limits", "/v1/schedules": "schedules"}
+    listings |= {"/v1/failures": "groups"}
     if method == "GET" and path in listings:
         assert response.status_code == 200
         assert response.json()[listings[path]] == []

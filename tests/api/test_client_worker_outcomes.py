@@ -58,12 +58,16 @@ async def test_returned_value_completes_raised_error_retries_non_retryable_is_de
         # The raised error failed attempt 1 (retry scheduled), attempt 2 completed.
         assert retried["status"] == "succeeded" and retried["result"] == "second time lucky"
         assert retried["attempts"] == 2 and attempts_seen[retried["id"]] == [1, 2]
-        assert any("ValueError: flaky the first time" in str(e) for e in retried["errors"])
+        assert any(
+            (e.get("type"), e.get("error")) == ("ValueError", "flaky the first time")
+            for e in retried["errors"]
+        )
         [first_fail] = calls.items("/v1/fail", retried["id"])
         assert first_fail["retryable"] is True
         # NonRetryableError: dead after one attempt of five.
         assert dead["status"] == "dead" and dead["attempts"] == 1
-        assert dead["last_error"] == "NonRetryableError: cannot handle 'bad'"
+        # The exception line as Python prints it: a non-builtin type with its module.
+        assert dead["last_error"] == "jobq_client.errors.NonRetryableError: cannot handle 'bad'"
         [dead_fail] = calls.items("/v1/fail", dead["id"])
         assert dead_fail["retryable"] is False
 

@@ -245,7 +245,7 @@ async def test_a_running_job_shows_progress_checkpoint_lease_and_timeline(
     assert 'id="job-cancel"' in html and 'id="job-retry"' not in html
     assert 'id="job-payload">{\n  &#34;rows&#34;: 20\n}</pre>' in html
     timeline = html.split('id="job-timeline"', 1)[1]
-    assert "created" in timeline and "attempt 1 started by host-a:1" in timeline
+    assert "enqueued in" in timeline and "attempt 1 claimed by host-a:1" in timeline
     fragment = await admin.get(
         f"/dashboard/fragments/jobs/{seeded.running}", headers={"HX-Request": "true"}
     )
@@ -259,14 +259,19 @@ async def test_a_dead_job_lists_each_error_with_its_attempt_and_worker(
     errors = html.split('<ol id="job-errors"', 1)[1].split("</ol>", 1)[0]
     items = errors.split('<li class="job-error">')[1:]
     assert len(items) == 2
-    for attempt, item in enumerate(items, start=1):
+    # Newest first: the error that killed the job leads.
+    for attempt, item in zip((2, 1), items, strict=True):
         assert f'<span class="attempt">attempt {attempt}</span>' in item
         assert "host-&lt;script&gt;" in item
         assert f"attempt {attempt} broke:" in item
     assert 'id="job-retry"' in html and 'id="job-cancel"' not in html
     assert 'id="lease-expiry"' not in html
     timeline = html.split('id="job-timeline"', 1)[1]
-    assert "attempt 1 failed" in timeline and "finished: dead" in timeline
+    assert "attempt 1 failed" in timeline
+    assert re.search(
+        r'<li class="tl-dead">[^<]*<time[^>]*>[^<]*</time> <span class="what">attempt 2 failed: [^<]*dead: no attempts left',
+        timeline,
+    )
 
 
 async def test_each_state_has_a_job_page(admin: httpx.AsyncClient, seeded: Seeded) -> None:

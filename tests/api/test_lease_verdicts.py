@@ -62,7 +62,10 @@ async def test_a_heartbeat_waiting_behind_a_cancel_learns_of_it(
     await enqueue(client)
     [c] = await claim(client)
     [hb] = await _behind(
-        clean_db, "job_cancel", {"id": c["id"]}, lease_call(client, "heartbeat", "w1", lease(c))
+        clean_db,
+        "job_cancel",
+        {"id": c["id"], "actor": "test", "actor_key_id": None},
+        lease_call(client, "heartbeat", "w1", lease(c)),
     )
     assert not hb["ok"] and hb["error"] == "lease_lost" and hb["cancelled"] is True
 
@@ -73,7 +76,10 @@ async def test_a_complete_waiting_behind_a_cancel_learns_of_it(
     await enqueue(client)
     [c] = await claim(client)
     [done] = await _behind(
-        clean_db, "job_cancel", {"id": c["id"]}, lease_call(client, "complete", "w1", lease(c))
+        clean_db,
+        "job_cancel",
+        {"id": c["id"], "actor": "test", "actor_key_id": None},
+        lease_call(client, "complete", "w1", lease(c)),
     )
     assert not done["ok"] and done["cancelled"] is True
     assert (await get_job(client, c["id"]))["status"] == "cancelled"

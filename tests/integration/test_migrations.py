@@ -66,6 +66,10 @@ def test_upgrade_downgrade_upgrade_round_trip(empty_database: str) -> None:
         "jobq_flow_counted_updated",
         "jobq_flow_truncated",
         "jobq_notify_finished",
+        "jobq_progress_decile",
+        "jobq_mask_message",
+        "jobq_events_deleted",
+        "jobq_events_truncated",
     }
     downgrade(empty_database, "base")
     assert asyncio.run(_inspect(empty_database, _tables)) == {"alembic_version"}
@@ -204,3 +208,37 @@ def test_0015_adds_the_run_marks_and_schedule_errors_and_parks_nothing_on_upgrad
         )
     )
     assert columns == []
+
+
+def test_0017_adds_the_history_and_deletes_it_with_its_jobs(empty_database: str) -> None:
+    upgrade(empty_database, "0016")
+    asyncio.run(
+        _run_sql(
+            empty_database,
+            "INSERT INTO jobs (queue, type, status, max_attempts, lease_seconds, run_at) "
+            "VALUES ('q', 't', 'pending', 1, 30, now()), ('q', 't', 'pending', 1, 30, now())",
+        )
+    )
+    upgrade(empty_database)
+    results = asyncio.run(
+        _run_sql(
+            empty_database,
+            "INSERT INTO job_events (job_id, kind) VALUES (1, 'promoted'), (2, 'promoted')",
+            "DELETE FROM jobs WHERE id = 1",
+            "SELECT jobq_mask_message('id 42 at ''x'' in \"y\" 0xff12 "
+            "1b4e28ba-2fa1-11d2-883f-0016d3cca427 v2 abcdef0123')",
+            'SELECT jobq_progress_decile(p) FROM (VALUES (\'{"done": 5, "total": 20}\'::jsonb), '
+            '(\'{"done": 25, "total": 20}\'), (\'{"done": 1, "total": 0}\'), (\'"x"\'), '
+            '(\'{"done": "1", "total": 2}\')) AS v(p)',
+        )
+    )
+    masked, deciles = results[2], results[3]
+    assert masked == [("id <n> at '?' in \"?\" <hex> <uuid> v2 <hex>",)]
+    assert [d for (d,) in deciles] == [2, 10, None, None, None]
+    [left] = asyncio.run(_run_sql(empty_database, "SELECT job_id FROM job_events"))
+    assert left == [(2,)]
+    asyncio.run(_run_sql(empty_database, "TRUNCATE jobs"))
+    [left] = asyncio.run(_run_sql(empty_database, "SELECT job_id FROM job_events"))
+    assert left == []
+    downgrade(empty_database, "0016")
+    assert "job_events" not in asyncio.run(_inspect(empty_database, _tables))

@@ -79,6 +79,7 @@ def _runner(operation: Operation) -> Callable[[Services, dict[str, Any]], Awaita
         Operation.REAP_FINAL: lambda svc, _: svc.upkeep.reap(batch_size=10),
         Operation.CANCEL: lambda svc, item: svc.ops.cancel(item["job_id"]),
         Operation.RETRY: lambda svc, item: svc.ops.retry(item["job_id"]),
+        Operation.RUN_NOW: lambda svc, item: svc.ops.run_now(item["job_id"]),
     }
     return others[operation]
 

@@ -157,12 +157,16 @@ async def test_one_heartbeat_request_carries_every_held_lease() -> None:
 @pytest.mark.parametrize(
     ("raised", "retryable", "error"),
     [
-        (ValueError("boom"), True, "ValueError: boom"),
-        (NonRetryableError("bad input"), False, "NonRetryableError: bad input"),
+        (ValueError("boom"), True, ("ValueError", "boom")),
+        (
+            NonRetryableError("bad input"),
+            False,
+            ("jobq_client.errors.NonRetryableError", "bad input"),
+        ),
     ],
 )
 async def test_handler_exception_fails_the_job(
-    raised: Exception, retryable: bool, error: str
+    raised: Exception, retryable: bool, error: tuple[str, str]
 ) -> None:
     service = FakeService()
     job_id = service.add()
@@ -176,7 +180,12 @@ async def test_handler_exception_fails_the_job(
         await poll_until(lambda: bool(service.items("/v1/fail")))
         await running.stop(within=5)
     [fail] = service.items("/v1/fail")
-    assert fail["job_id"] == job_id and fail["retryable"] is retryable and fail["error"] == error
+    assert fail["job_id"] == job_id and fail["retryable"] is retryable
+    # The exception as the service groups failures: its type, message and traceback.
+    assert (fail["error"]["type"], fail["error"]["message"]) == error
+    assert fail["error"]["traceback"].startswith("Traceback (most recent call last)")
+    assert fail["error"]["traceback"].rstrip().endswith(f"{type(raised).__name__}: {error[1]}")
+    assert "raise raised" in fail["error"]["traceback"]
     assert not service.items("/v1/complete") and not service.items("/v1/release")
 
 

@@ -66,19 +66,24 @@ def _as_pydantic(model: Any, data: dict[str, Any]) -> Any:
 
 
 @pytest.mark.parametrize(
-    "overrides", [{}, {"lease_id": None, "status": "pending", "payload": None}]
+    "overrides",
+    [
+        {},
+        {"lease_id": None, "status": "pending", "payload": None},
+        {"status": "scheduled", "lease_ended_by": "fail"},
+    ],
 )
 def test_a_job_renders_as_the_job_model_does(overrides: dict[str, Any]) -> None:
     row = _row(**overrides)
     ours = orjson.loads(render.json_response(render.job(records.Job(**row))).body)
-    assert ours == _as_pydantic(Job, row)
+    assert ours == _as_pydantic(Job, {**row, "retrying": records.Job(**row).retrying})
     assert list(ours) == list(Job.model_fields)
 
 
 def test_a_claimed_job_renders_as_the_claimed_job_model_does() -> None:
     row = _row()
     ours = orjson.loads(render.json_response(render.claimed(records.Job(**row))).body)
-    assert ours == _as_pydantic(ClaimedJob, {**row, "attempt": row["attempts"]})
+    assert ours == _as_pydantic(ClaimedJob, {**row, "attempt": row["attempts"], "retrying": False})
 
 
 def test_lease_results_render_as_the_lease_results_model_does() -> None:

@@ -9,8 +9,8 @@ from urllib.parse import urlencode
 
 from fastapi import Response
 
+from app.api.audit_models import AuditAction
 from app.api.filters import is_cursor
-from app.api.schemas import AuditAction
 from app.dashboard.base import PAGE_SIZE, PREFIX, input_problem
 from app.dashboard.board import OBSERVE, Call, Route
 from app.errors import InvalidInput

@@ -15,9 +15,13 @@ from app.dashboard.session import Flash
 from app.domain.states import JobStatus
 from app.errors import Forbidden, InvalidTransition
 
+# The job page shows this much of a job's history; GET /v1/jobs/{id}/events pages through all.
+HISTORY_SHOWN = 300
+
 
 async def _job(call: Call) -> dict[str, Any]:
-    row = asdict(await call.services.jobs.get(job_id(call.request.path_params.get("job_id", ""))))
+    found = await call.services.jobs.get(job_id(call.request.path_params.get("job_id", "")))
+    row = {**asdict(found), "retrying": found.retrying}
     if not call.caller.principal.covers(row["queue"]):
         raise Forbidden(
             f"Key {call.caller.principal.name!r} is not scoped to queue {row['queue']!r}."
@@ -34,14 +38,16 @@ async def job(call: Call) -> Response:
             if row["id"] in (worker.job_ids or ()):
                 holder = asdict(worker)
                 break
+    events, more = await call.services.history.events(row["id"], after=None, limit=HISTORY_SHOWN)
     return call.page(
         "job",
         nav="jobs",
         job=row,
         holder=holder,
-        errors=views.job_errors(row.get("errors")),
+        errors=views.job_errors(row.get("errors"), events),
         progress=views.progress_bar(row.get("progress")),
-        timeline=views.timeline(row),
+        timeline=views.timeline(events),
+        timeline_more=more is not None,
     )
 
 
@@ -55,6 +61,11 @@ async def job_retry(call: Call) -> Response:
     return await _job_action(call, "retry")
 
 
+async def job_run_now(call: Call) -> Response:
+    """Makes a scheduled or retrying job due now; back to its page with the outcome."""
+    return await _job_action(call, "run_now")
+
+
 async def _job_action(call: Call, verb: str) -> Response:
     row = await _job(call)
     principal = call.caller.principal
@@ -64,6 +75,11 @@ async def _job_action(call: Call, verb: str) -> Response:
                 row["id"], actor=principal.name, actor_key_id=principal.key_id
             )
             flash = Flash("ok", f"Cancelled job {row['id']}")
+        elif verb == "run_now":
+            await call.services.ops.run_now(
+                row["id"], actor=principal.name, actor_key_id=principal.key_id
+            )
+            flash = Flash("ok", f"Job {row['id']} is due now")
         else:
             await call.services.ops.retry(
                 row["id"], actor=principal.name, actor_key_id=principal.key_id
@@ -80,4 +96,5 @@ ROUTES = (
     Route("GET", PREFIX + "/fragments/jobs/{job_id}", job, READ),
     Route("POST", PREFIX + "/jobs/{job_id}/cancel", job_cancel, READ_OPERATE, action=True),
     Route("POST", PREFIX + "/jobs/{job_id}/retry", job_retry, READ_OPERATE, action=True),
+    Route("POST", PREFIX + "/jobs/{job_id}/run-now", job_run_now, READ_OPERATE, action=True),
 )

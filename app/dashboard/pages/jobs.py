@@ -21,7 +21,7 @@ from app.dashboard.base import PAGE_SIZE, PREFIX, STATES, input_problem, status_
 from app.dashboard.board import READ, READ_OPERATE, Call, Route
 from app.dashboard.session import Flash
 from app.domain.bounds import instant_in_window
-from app.domain.states import BULK_STATES, BulkAction, JobStatus, bulk_states
+from app.domain.states import BULK_STATES, BulkAction, JobState, JobStatus, bulk_states
 from app.domain.types import JobSearch
 from app.errors import Forbidden, InvalidInput
 from app.settings import Settings
@@ -36,7 +36,7 @@ class JobFilters:
     """The jobs page's filters as typed, and as the service takes them."""
 
     queue: str | None = None
-    state: JobStatus | None = None
+    state: JobState | None = None
     type: str | None = None
     payload_text: str = ""
     payload: Any = None
@@ -151,10 +151,10 @@ def parse_filters(params: Mapping[str, str], settings: Settings) -> tuple[JobFil
             "or _ . : - characters."
         )
     state_text = (params.get("state") or "").strip()
-    state: JobStatus | None = None
+    state: JobState | None = None
     if state_text:
         try:
-            state = JobStatus(state_text)
+            state = JobState(state_text)
         except ValueError:
             errors.append(f"Unknown state {state_text!r}: choose one of {', '.join(STATES)}.")
     job_type = params.get("type") or None
@@ -191,12 +191,20 @@ def parse_filters(params: Mapping[str, str], settings: Settings) -> tuple[JobFil
     return filters, errors
 
 
-def bulk_offered(state: JobStatus | None) -> list[str]:
+def stored(state: JobState | None) -> JobStatus | None:
+    """The stored state a filter's state lies in (retrying jobs are scheduled)."""
+    if state is None:
+        return None
+    return JobStatus.SCHEDULED if state is JobState.RETRYING else JobStatus(state.value)
+
+
+def bulk_offered(state: JobState | None) -> list[str]:
     """The bulk actions that make sense for a state filter (each takes some state of it)."""
     offered = []
+    status = stored(state)
     for action in BULK_OFFERED:
         allowed, default = BULK_STATES[action]
-        if (state is None and default) or (state is not None and state in allowed):
+        if (status is None and default) or (status is not None and status in allowed):
             offered.append(action.value)
     return offered
 
@@ -225,7 +233,7 @@ async def jobs(call: Call) -> Response:
             covers = call.caller.principal.covers
             stats = [asdict(r) for r in await call.services.ops.queue_stats() if covers(r.name)]
             context.update(
-                jobs=[asdict(r) for r in rows],
+                jobs=[{**asdict(r), "retrying": r.retrying} for r in rows],
                 next_cursor=next_cursor,
                 totals=views.state_totals(stats, STATES, queue=filters.queue),
             )
@@ -244,7 +252,7 @@ def _bulk_request(
     filters, errors = parse_filters(fields, call.settings)
     if errors:
         raise call.refuse(400, " ".join(errors))
-    if bulk_states(action, filters.state) is None:
+    if bulk_states(action, stored(filters.state)) is None:
         allowed = ", ".join(s.value for s in JobStatus if s in BULK_STATES[action][0])
         raise call.refuse(
             400,
@@ -258,7 +266,7 @@ async def bulk_confirm(call: Call) -> Response:
     """The confirmation of a bulk action: exactly how many jobs it would change now."""
     action, filters, search = _bulk_request(call, call.request.query_params)
     count = await call.services.ops.bulk_preview(action, search)
-    touched = bulk_states(action, filters.state) or []
+    touched = bulk_states(action, stored(filters.state)) or []
     return call.render(
         "bulk.html",
         nav="jobs",

@@ -414,8 +414,31 @@ SELECT c.*, r.flow_missing, r.flow_skipped, r.flow_refused, r.flow_refill_second
        r.flow_active
 FROM report r LEFT JOIN claimed c ON true;
 
+-- fragment: job_event_claim
+-- The claim of the attempt a transition ends, as a job_events VALUES row (at, kind, data) from
+-- the transition's returned row f: its columns still hold the attempt's start.
+f.started_at, 'claimed', NULL::jsonb
+
+-- fragment: job_event_last_run
+-- The events a job's columns tell of its last run (its claim, and its completion), as rows of
+-- job_events for the job t, leaving out those recorded already: written before an operator's
+-- retry clears the columns. GET /v1/jobs/{id}/events reads the same events from the columns
+-- while they hold them (sql/job_events.sql).
+SELECT t.id AS job_id, t.started_at AS at, 'claimed' AS kind, t.attempts AS attempt,
+           t.worker_id AS actor, t.lease_key_id AS actor_key_id, t.lease_instance AS instance,
+           NULL::jsonb AS data
+    WHERE t.started_at IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM job_events s
+                      WHERE s.job_id = t.id AND s.kind = 'claimed' AND s.at = t.started_at)
+    UNION ALL
+    SELECT t.id, t.finished_at, 'completed', t.attempts, t.worker_id, t.lease_key_id,
+           t.lease_instance, NULL::jsonb
+    WHERE t.status = 'succeeded' AND t.finished_at IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM job_events s
+                      WHERE s.job_id = t.id AND s.kind = 'completed' AND s.at = t.finished_at)
+
 -- name: job_heartbeat
--- Extends the leases the worker still holds, saving checkpoint and progress in the same ownership-checked update; answers only the items it took.
+-- Extends the leases the worker still holds, saving checkpoint and progress in the same ownership-checked update; a progress that passes a tenth of its total is recorded in job_events; answers only the items it took.
 WITH items AS MATERIALIZED (
     SELECT t.ord,
            (t.item->>'job_id')::bigint AS job_id,
@@ -428,24 +451,43 @@ WITH items AS MATERIALIZED (
            t.item ? 'progress' AS has_progress,
            NULLIF(t.item->'progress', 'null'::jsonb) AS progress
     FROM jsonb_array_elements(CAST(:items AS jsonb)) WITH ORDINALITY AS t(item, ord)
+),
+-- The progress before this heartbeat, for the items that carry one: the update's RETURNING
+-- sees only the new row. Read in the statement's snapshot, which the update re-checks.
+before AS MATERIALIZED (
+    SELECT j.id, jobq_progress_decile(j.progress) AS decile
+    FROM items i JOIN jobs j ON j.id = i.job_id
+    WHERE i.has_progress AND jobq_progress_decile(i.progress) IS NOT NULL
+),
+beaten AS (
+    UPDATE jobs j
+    -- Never past the attempt's maximum run time: a stuck worker cannot heartbeat forever.
+    SET lease_expires_at = LEAST(
+            now() + make_interval(secs => COALESCE(i.lease_seconds, j.lease_granted_seconds,
+                                                   j.lease_seconds)),
+            j.started_at + make_interval(secs => j.timeout_seconds)),
+        checkpoint = CASE WHEN i.has_checkpoint THEN i.checkpoint ELSE j.checkpoint END,
+        checkpoint_at = CASE WHEN i.has_checkpoint THEN now() ELSE j.checkpoint_at END,
+        progress = CASE WHEN i.has_progress THEN i.progress ELSE j.progress END,
+        updated_at = now()
+    FROM items i
+    WHERE j.id = i.job_id AND j.lease_id = i.lease_id
+      AND j.status = 'running' AND j.worker_id = i.worker_id
+      AND j.lease_key_id IS NOT DISTINCT FROM i.key_id
+      AND (j.timeout_seconds IS NULL
+           OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
+    RETURNING i.ord, j.id AS job_id, j.status, j.lease_expires_at, j.progress, j.attempts,
+              j.worker_id, j.lease_key_id, j.lease_instance, i.has_checkpoint
+),
+events AS (
+    -- Milestones only (at most ten a climb), not every heartbeat.
+    INSERT INTO job_events (job_id, kind, attempt, actor, actor_key_id, instance, data)
+    SELECT u.job_id, 'progress', u.attempts, u.worker_id, u.lease_key_id, u.lease_instance,
+           jsonb_build_object('progress', u.progress, 'checkpoint_saved', u.has_checkpoint)
+    FROM beaten u JOIN before b ON b.id = u.job_id
+    WHERE jobq_progress_decile(u.progress) > COALESCE(b.decile, 0)
 )
-UPDATE jobs j
--- Never past the attempt's maximum run time: a stuck worker cannot heartbeat forever.
-SET lease_expires_at = LEAST(
-        now() + make_interval(secs => COALESCE(i.lease_seconds, j.lease_granted_seconds,
-                                               j.lease_seconds)),
-        j.started_at + make_interval(secs => j.timeout_seconds)),
-    checkpoint = CASE WHEN i.has_checkpoint THEN i.checkpoint ELSE j.checkpoint END,
-    checkpoint_at = CASE WHEN i.has_checkpoint THEN now() ELSE j.checkpoint_at END,
-    progress = CASE WHEN i.has_progress THEN i.progress ELSE j.progress END,
-    updated_at = now()
-FROM items i
-WHERE j.id = i.job_id AND j.lease_id = i.lease_id
-  AND j.status = 'running' AND j.worker_id = i.worker_id
-  AND j.lease_key_id IS NOT DISTINCT FROM i.key_id
-  AND (j.timeout_seconds IS NULL
-       OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
-RETURNING i.ord, j.id AS job_id, j.status, j.lease_expires_at;
+SELECT ord, job_id, status, lease_expires_at FROM beaten;
 
 -- name: job_complete
 -- Marks held jobs succeeded with their result, unless the attempt ran past its timeout; answers only the items it took.
@@ -476,7 +518,7 @@ RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue,
           j.flow_keys IS NOT NULL AS freed_flow;
 
 -- name: job_fail
--- Records a failed attempt of held jobs: scheduled after a backoff (pending when retry_after_seconds is 0), or dead when not retryable or out of attempts.
+-- Records a failed attempt of held jobs: scheduled after a backoff (pending when retry_after_seconds is 0), or dead when not retryable or out of attempts; the attempt's claim and the failure go to job_events.
 WITH items AS MATERIALIZED (
     SELECT t.ord,
            (t.item->>'job_id')::bigint AS job_id,
@@ -484,47 +526,71 @@ WITH items AS MATERIALIZED (
            t.item->>'worker_id' AS worker_id,
            (t.item->>'key_id')::bigint AS key_id,
            left(COALESCE(t.item->>'error', ''), CAST(:error_max_chars AS int)) AS error,
+           t.item->>'error_type' AS error_type,
+           -- A traceback keeps its end: the exception line is its last.
+           right(t.item->>'traceback', CAST(:traceback_max_chars AS int)) AS traceback,
            COALESCE((t.item->>'retryable')::boolean, true) AS retryable,
            (t.item->>'retry_after_seconds')::float8 AS retry_after_seconds,
            t.item ? 'checkpoint' AS has_checkpoint,
            NULLIF(t.item->'checkpoint', 'null'::jsonb) AS checkpoint
     FROM jsonb_array_elements(CAST(:items AS jsonb)) WITH ORDINALITY AS t(item, ord)
+),
+failed AS (
+    UPDATE jobs j
+    SET status = CASE WHEN NOT (i.retryable AND j.attempts < j.max_attempts) THEN 'dead'
+                      WHEN i.retry_after_seconds = 0 THEN 'pending'
+                      ELSE 'scheduled' END,
+        run_at = CASE WHEN i.retryable AND j.attempts < j.max_attempts
+                      THEN now() + COALESCE(make_interval(secs => i.retry_after_seconds),
+                                            jobq_backoff(j.attempts, CAST(:backoff_base AS float8),
+                                                         CAST(:backoff_cap AS float8)))
+                      ELSE j.run_at END,
+        finished_at = CASE WHEN i.retryable AND j.attempts < j.max_attempts
+                           THEN NULL ELSE now() END,
+        last_error = CASE WHEN i.error_type IS NULL THEN i.error
+                          ELSE i.error_type || ': ' || i.error END,
+        errors = jobq_errors_append(
+            j.errors,
+            jsonb_strip_nulls(jsonb_build_object(
+                'attempt', j.attempts, 'at', now(), 'error', i.error, 'type', i.error_type,
+                'worker_id', j.worker_id, 'kind', 'failed')),
+            CAST(:errors_kept AS int)),
+        checkpoint = CASE WHEN i.has_checkpoint THEN i.checkpoint ELSE j.checkpoint END,
+        checkpoint_at = CASE WHEN i.has_checkpoint THEN now() ELSE j.checkpoint_at END,
+        lease_expires_at = NULL,
+        lease_ended_by = 'fail',
+        updated_at = now()
+    FROM items i
+    WHERE j.id = i.job_id AND j.lease_id = i.lease_id
+      AND j.status = 'running' AND j.worker_id = i.worker_id
+      AND j.lease_key_id IS NOT DISTINCT FROM i.key_id
+      AND (j.timeout_seconds IS NULL
+           OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
+    -- ran_seconds from now(), not finished_at: a retried attempt has no finished_at.
+    RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue,
+              EXTRACT(EPOCH FROM now() - j.started_at)::float8 AS ran_seconds,
+              j.flow_keys IS NOT NULL AS freed_flow,
+              j.started_at, j.attempts, j.worker_id, j.lease_key_id, j.lease_instance,
+              i.error, i.error_type, i.traceback, i.retryable, i.has_checkpoint
+),
+events AS (
+    INSERT INTO job_events (job_id, at, kind, attempt, actor, actor_key_id, instance, data)
+    SELECT f.job_id, e.at, e.kind, f.attempts, f.worker_id, f.lease_key_id, f.lease_instance,
+           e.data
+    FROM failed f
+    CROSS JOIN LATERAL (VALUES
+        ({{ job_event_claim }}),
+        (now(), 'failed', jsonb_strip_nulls(jsonb_build_object(
+            'error', f.error, 'type', f.error_type, 'traceback', f.traceback,
+            'retryable', f.retryable, 'checkpoint_saved', f.has_checkpoint,
+            'status', f.status,
+            'run_at', CASE WHEN f.status <> 'dead' THEN f.run_at END)))
+    ) AS e(at, kind, data)
 )
-UPDATE jobs j
-SET status = CASE WHEN NOT (i.retryable AND j.attempts < j.max_attempts) THEN 'dead'
-                  WHEN i.retry_after_seconds = 0 THEN 'pending'
-                  ELSE 'scheduled' END,
-    run_at = CASE WHEN i.retryable AND j.attempts < j.max_attempts
-                  THEN now() + COALESCE(make_interval(secs => i.retry_after_seconds),
-                                        jobq_backoff(j.attempts, CAST(:backoff_base AS float8),
-                                                     CAST(:backoff_cap AS float8)))
-                  ELSE j.run_at END,
-    finished_at = CASE WHEN i.retryable AND j.attempts < j.max_attempts
-                       THEN NULL ELSE now() END,
-    last_error = i.error,
-    errors = jobq_errors_append(
-        j.errors,
-        jsonb_build_object('attempt', j.attempts, 'at', now(), 'error', i.error,
-                           'worker_id', j.worker_id, 'kind', 'failed'),
-        CAST(:errors_kept AS int)),
-    checkpoint = CASE WHEN i.has_checkpoint THEN i.checkpoint ELSE j.checkpoint END,
-    checkpoint_at = CASE WHEN i.has_checkpoint THEN now() ELSE j.checkpoint_at END,
-    lease_expires_at = NULL,
-    lease_ended_by = 'fail',
-    updated_at = now()
-FROM items i
-WHERE j.id = i.job_id AND j.lease_id = i.lease_id
-  AND j.status = 'running' AND j.worker_id = i.worker_id
-  AND j.lease_key_id IS NOT DISTINCT FROM i.key_id
-  AND (j.timeout_seconds IS NULL
-       OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
--- ran_seconds from now(), not finished_at: a retried attempt has no finished_at.
-RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue,
-          EXTRACT(EPOCH FROM now() - j.started_at)::float8 AS ran_seconds,
-          j.flow_keys IS NOT NULL AS freed_flow;
+SELECT ord, job_id, status, run_at, queue, ran_seconds, freed_flow FROM failed;
 
 -- name: job_release
--- Returns held jobs to pending (scheduled after a delay) without charging the attempt, keeping or replacing the checkpoint.
+-- Returns held jobs to pending (scheduled after a delay) without charging the attempt, keeping or replacing the checkpoint; the attempt's claim and the release go to job_events.
 WITH items AS MATERIALIZED (
     SELECT t.ord,
            (t.item->>'job_id')::bigint AS job_id,
@@ -535,25 +601,43 @@ WITH items AS MATERIALIZED (
            t.item ? 'checkpoint' AS has_checkpoint,
            NULLIF(t.item->'checkpoint', 'null'::jsonb) AS checkpoint
     FROM jsonb_array_elements(CAST(:items AS jsonb)) WITH ORDINALITY AS t(item, ord)
+),
+released AS (
+    UPDATE jobs j
+    SET status = CASE WHEN i.delay_seconds > 0 THEN 'scheduled' ELSE 'pending' END,
+        attempts = GREATEST(j.attempts - 1, 0),
+        run_at = now() + make_interval(secs => i.delay_seconds),
+        checkpoint = CASE WHEN i.has_checkpoint THEN i.checkpoint ELSE j.checkpoint END,
+        checkpoint_at = CASE WHEN i.has_checkpoint THEN now() ELSE j.checkpoint_at END,
+        lease_expires_at = NULL,
+        lease_ended_by = 'release',
+        updated_at = now()
+    FROM items i
+    WHERE j.id = i.job_id AND j.lease_id = i.lease_id
+      AND j.status = 'running' AND j.worker_id = i.worker_id
+      AND j.lease_key_id IS NOT DISTINCT FROM i.key_id
+      -- A worker cannot dodge its timeout by releasing: the overrun attempt counts as failed.
+      AND (j.timeout_seconds IS NULL
+           OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
+    -- The attempt the worker ran is the one before the release gave it back.
+    RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue,
+              j.flow_keys IS NOT NULL AS freed_flow,
+              j.started_at, j.attempts + 1 AS attempts, j.worker_id, j.lease_key_id,
+              j.lease_instance, i.delay_seconds, i.has_checkpoint
+),
+events AS (
+    INSERT INTO job_events (job_id, at, kind, attempt, actor, actor_key_id, instance, data)
+    SELECT f.job_id, e.at, e.kind, f.attempts, f.worker_id, f.lease_key_id, f.lease_instance,
+           e.data
+    FROM released f
+    CROSS JOIN LATERAL (VALUES
+        ({{ job_event_claim }}),
+        (now(), 'released', jsonb_build_object(
+            'checkpoint_saved', f.has_checkpoint, 'delay_seconds', f.delay_seconds,
+            'status', f.status, 'run_at', f.run_at))
+    ) AS e(at, kind, data)
 )
-UPDATE jobs j
-SET status = CASE WHEN i.delay_seconds > 0 THEN 'scheduled' ELSE 'pending' END,
-    attempts = GREATEST(j.attempts - 1, 0),
-    run_at = now() + make_interval(secs => i.delay_seconds),
-    checkpoint = CASE WHEN i.has_checkpoint THEN i.checkpoint ELSE j.checkpoint END,
-    checkpoint_at = CASE WHEN i.has_checkpoint THEN now() ELSE j.checkpoint_at END,
-    lease_expires_at = NULL,
-    lease_ended_by = 'release',
-    updated_at = now()
-FROM items i
-WHERE j.id = i.job_id AND j.lease_id = i.lease_id
-  AND j.status = 'running' AND j.worker_id = i.worker_id
-  AND j.lease_key_id IS NOT DISTINCT FROM i.key_id
-  -- A worker cannot dodge its timeout by releasing: the overrun attempt counts as failed.
-  AND (j.timeout_seconds IS NULL
-       OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
-RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue,
-          j.flow_keys IS NOT NULL AS freed_flow;
+SELECT ord, job_id, status, run_at, queue, freed_flow FROM released;
 
 -- name: job_lease_verdict
 -- For lease items a transition did not take, read after it: a replay of that same transition (answered with the job's state now), or lost; and whether this lease was cancelled or timed out.
@@ -583,7 +667,7 @@ CROSS JOIN LATERAL (SELECT j.lease_id = i.lease_id AND j.worker_id = i.worker_id
 ORDER BY i.ord;
 
 -- name: job_cancel
--- Cancels a pending, scheduled or running job (a running job's lease ends at once); answers the job as it is now, its status before and whether this call changed it.
+-- Cancels a pending, scheduled or running job (a running job's lease ends at once), recording it in job_events with its actor; answers the job as it is now, its status before and whether this call changed it.
 -- The row is locked first, so the verdict and the answer describe the same, newest version even
 -- when another transition commits while this one waits for the row.
 WITH target AS (
@@ -599,6 +683,18 @@ cancelled AS (
     FROM target t
     WHERE j.id = t.id AND t.status IN ('pending', 'scheduled', 'running')
     RETURNING j.*
+),
+events AS (
+    -- A running job's attempt ends here: its claim is recorded with the cancel.
+    INSERT INTO job_events (job_id, at, kind, attempt, actor, actor_key_id, instance, data)
+    SELECT t.id, t.started_at, 'claimed', t.attempts, t.worker_id, t.lease_key_id,
+           t.lease_instance, NULL
+    FROM target t JOIN cancelled c ON c.id = t.id
+    WHERE t.status = 'running'
+    UNION ALL
+    SELECT t.id, now(), 'cancelled', NULL, CAST(:actor AS text), CAST(:actor_key_id AS bigint),
+           NULL, jsonb_build_object('status_before', t.status)
+    FROM target t JOIN cancelled c ON c.id = t.id
 )
 -- status_before: the state the decision saw, for the audit row the service writes next.
 SELECT true AS changed, target.status AS status_before, cancelled.* FROM cancelled, target
@@ -607,7 +703,7 @@ SELECT false AS changed, target.status AS status_before, target.*
 FROM target WHERE NOT EXISTS (SELECT 1 FROM cancelled);
 
 -- name: job_retry
--- Puts a dead, cancelled or succeeded job back to pending with its attempts reset (its checkpoint is kept), recording it in audit_log; answers the job as it is now and whether this call changed it.
+-- Puts a dead, cancelled or succeeded job back to pending with its attempts reset (its checkpoint is kept), recording it in audit_log and job_events; answers the job as it is now and whether this call changed it.
 WITH target AS (
     SELECT * FROM jobs WHERE id = :id FOR UPDATE
 ),
@@ -628,13 +724,55 @@ audited AS (
     SELECT CAST(:actor AS text), CAST(:actor_key_id AS bigint), 'job.retry', 'changed',
            t.queue, t.id, t.status, r.status
     FROM target t JOIN retried r ON r.id = t.id
+),
+events AS (
+    -- The retry clears the last run's columns: what they told is written down first.
+    INSERT INTO job_events (job_id, at, kind, attempt, actor, actor_key_id, instance, data)
+    SELECT e.job_id, e.at, e.kind, e.attempt, e.actor, e.actor_key_id, e.instance, e.data
+    FROM target t
+    JOIN retried r ON r.id = t.id
+    CROSS JOIN LATERAL ({{ job_event_last_run }}) e
+    UNION ALL
+    SELECT t.id, now(), 'retried', NULL, CAST(:actor AS text), CAST(:actor_key_id AS bigint),
+           NULL, jsonb_build_object('status_before', t.status)
+    FROM target t JOIN retried r ON r.id = t.id
 )
 SELECT true AS changed, retried.* FROM retried
 UNION ALL
 SELECT false AS changed, target.* FROM target WHERE NOT EXISTS (SELECT 1 FROM retried);
 
+-- name: job_run_now
+-- Makes a scheduled job (waiting for its run_at or for a retry's backoff) due now, recording it in audit_log and job_events; answers the job as it is now, its status before and whether this call changed it.
+WITH target AS (
+    SELECT * FROM jobs WHERE id = :id FOR UPDATE
+),
+moved AS (
+    UPDATE jobs j
+    SET status = 'pending', run_at = now(), updated_at = now()
+    FROM target t
+    WHERE j.id = t.id AND t.status = 'scheduled'
+    RETURNING j.*
+),
+audited AS (
+    INSERT INTO audit_log (actor, actor_key_id, action, outcome, queue, job_id,
+                           state_before, state_after)
+    SELECT CAST(:actor AS text), CAST(:actor_key_id AS bigint), 'job.run_now', 'changed',
+           t.queue, t.id, t.status, m.status
+    FROM target t JOIN moved m ON m.id = t.id
+),
+events AS (
+    INSERT INTO job_events (job_id, kind, actor, actor_key_id, data)
+    SELECT t.id, 'run_now', CAST(:actor AS text), CAST(:actor_key_id AS bigint),
+           jsonb_build_object('run_at_before', t.run_at)
+    FROM target t JOIN moved m ON m.id = t.id
+)
+SELECT true AS changed, target.status AS status_before, moved.* FROM moved, target
+UNION ALL
+SELECT false AS changed, target.status AS status_before, target.*
+FROM target WHERE NOT EXISTS (SELECT 1 FROM moved);
+
 -- name: job_reap
--- Moves at most :batch_size running jobs whose lease expired (or whose run time passed timeout_seconds) to scheduled after a backoff, or to dead on the last attempt.
+-- Moves at most :batch_size running jobs whose lease expired (or whose run time passed timeout_seconds) to scheduled after a backoff, or to dead on the last attempt; the attempt's claim and its end go to job_events.
 WITH clock AS (
     SELECT COALESCE(CAST(:now AS timestamptz), now()) AS now
 ),
@@ -654,32 +792,49 @@ reasons AS (
     SELECT id, timed_out,
            CASE WHEN timed_out THEN 'timed out' ELSE 'lease expired' END AS reason
     FROM expired
+),
+reaped AS (
+    UPDATE jobs j
+    SET status = CASE WHEN j.attempts < j.max_attempts THEN 'scheduled' ELSE 'dead' END,
+        run_at = CASE WHEN j.attempts < j.max_attempts
+                      THEN c.now + jobq_backoff(j.attempts, CAST(:backoff_base AS float8),
+                                                CAST(:backoff_cap AS float8))
+                      ELSE j.run_at END,
+        finished_at = CASE WHEN j.attempts < j.max_attempts THEN NULL ELSE c.now END,
+        last_error = r.reason,
+        errors = jobq_errors_append(
+            j.errors,
+            jsonb_build_object('attempt', j.attempts, 'at', c.now, 'error', r.reason,
+                               'worker_id', j.worker_id,
+                               'kind', CASE WHEN r.timed_out THEN 'timed_out' ELSE 'lease_expired' END),
+            CAST(:errors_kept AS int)),
+        -- The lease id stays, so a late call with it learns it expired or timed out; as that is
+        -- not the caller's own transition it is never taken for a replay.
+        lease_ended_by = CASE WHEN r.timed_out THEN 'timeout' ELSE 'expire' END,
+        lease_expires_at = NULL,
+        updated_at = now()
+    FROM reasons r, clock c
+    WHERE j.id = r.id AND j.status = 'running' AND j.lease_expires_at < c.now
+    RETURNING j.id, j.queue, j.status, j.flow_keys IS NOT NULL AS freed_flow,
+              j.id AS job_id, j.started_at, j.attempts, j.worker_id, j.lease_key_id,
+              j.lease_instance, j.run_at, r.timed_out, r.reason
+),
+events AS (
+    INSERT INTO job_events (job_id, at, kind, attempt, actor, actor_key_id, instance, data)
+    SELECT f.job_id, e.at, e.kind, f.attempts, f.worker_id, f.lease_key_id, f.lease_instance,
+           e.data
+    FROM reaped f
+    CROSS JOIN LATERAL (VALUES
+        ({{ job_event_claim }}),
+        (now(), CASE WHEN f.timed_out THEN 'timed_out' ELSE 'lease_expired' END,
+         jsonb_build_object('error', f.reason, 'status', f.status,
+                            'run_at', CASE WHEN f.status <> 'dead' THEN f.run_at END))
+    ) AS e(at, kind, data)
 )
-UPDATE jobs j
-SET status = CASE WHEN j.attempts < j.max_attempts THEN 'scheduled' ELSE 'dead' END,
-    run_at = CASE WHEN j.attempts < j.max_attempts
-                  THEN c.now + jobq_backoff(j.attempts, CAST(:backoff_base AS float8),
-                                            CAST(:backoff_cap AS float8))
-                  ELSE j.run_at END,
-    finished_at = CASE WHEN j.attempts < j.max_attempts THEN NULL ELSE c.now END,
-    last_error = r.reason,
-    errors = jobq_errors_append(
-        j.errors,
-        jsonb_build_object('attempt', j.attempts, 'at', c.now, 'error', r.reason,
-                           'worker_id', j.worker_id,
-                           'kind', CASE WHEN r.timed_out THEN 'timed_out' ELSE 'lease_expired' END),
-        CAST(:errors_kept AS int)),
-    -- The lease id stays, so a late call with it learns it expired or timed out; as that is
-    -- not the caller's own transition it is never taken for a replay.
-    lease_ended_by = CASE WHEN r.timed_out THEN 'timeout' ELSE 'expire' END,
-    lease_expires_at = NULL,
-    updated_at = now()
-FROM reasons r, clock c
-WHERE j.id = r.id AND j.status = 'running' AND j.lease_expires_at < c.now
-RETURNING j.id, j.queue, j.status, j.flow_keys IS NOT NULL AS freed_flow;
+SELECT id, queue, status, freed_flow FROM reaped;
 
 -- name: job_promote
--- Moves at most :batch_size scheduled jobs whose run_at has come to pending, oldest first; answers their queues.
+-- Moves at most :batch_size scheduled jobs whose run_at has come to pending, oldest first, recording each in job_events; answers their queues.
 WITH due AS MATERIALIZED (
     SELECT id
     FROM jobs
@@ -687,12 +842,19 @@ WITH due AS MATERIALIZED (
     ORDER BY run_at
     LIMIT :batch_size
     FOR UPDATE SKIP LOCKED
+),
+promoted AS (
+    UPDATE jobs j
+    SET status = 'pending', updated_at = now()
+    FROM due
+    WHERE j.id = due.id AND j.status = 'scheduled'
+    RETURNING j.id, j.queue, j.run_at
+),
+events AS (
+    INSERT INTO job_events (job_id, kind, data)
+    SELECT id, 'promoted', jsonb_build_object('run_at', run_at) FROM promoted
 )
-UPDATE jobs j
-SET status = 'pending', updated_at = now()
-FROM due
-WHERE j.id = due.id AND j.status = 'scheduled'
-RETURNING j.queue;
+SELECT queue FROM promoted;
 
 -- name: job_prune
 -- Deletes at most :batch_size finished jobs whose retention has passed (succeeded, cancelled, dead each have their own), walking each state's own range of the index.

@@ -100,7 +100,7 @@ audited AS (
 SELECT name, paused, updated_at FROM saved;
 
 -- name: queue_stats
--- Per queue: jobs per state from the trigger-kept counters, the age of the oldest pending job (one index probe) and last minute's successes.
+-- Per queue: jobs per state from the trigger-kept counters, how many scheduled ones are retrying, the age of the oldest pending job (one index probe) and last minute's successes.
 WITH counts AS (
     SELECT queue,
            sum(jobs) FILTER (WHERE status = 'scheduled') AS scheduled,
@@ -121,6 +121,10 @@ names AS (
 SELECT n.name,
        COALESCE(q.paused, false) AS paused,
        COALESCE(c.scheduled, 0)::bigint AS scheduled,
+       -- An index-only count over ix_jobs_retrying: its rows are this queue's retrying jobs.
+       (SELECT count(*) FROM jobs j
+        WHERE j.queue = n.name AND j.status = 'scheduled'
+          AND j.lease_ended_by IN ('fail', 'expire', 'timeout'))::bigint AS retrying,
        COALESCE(c.pending, 0)::bigint AS pending,
        COALESCE(c.running, 0)::bigint AS running,
        COALESCE(c.succeeded, 0)::bigint AS succeeded,

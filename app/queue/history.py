@@ -1,0 +1,127 @@
+"""A job's history and failures grouped by cause, as operators read them during an incident.
+
+The history is written by the transitions themselves (``sql/jobs.sql``, in the transition's own
+statement); this service reads it. Failures are grouped from the recorded failed, expired and
+timed-out attempts of a recent window, by queue, job type, error type and the message with its
+numbers, ids and quoted values masked (``jobq_mask_message``, migration 0017).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from app.domain.bounds import valid_id
+from app.domain.records import FailureGroup, JobHistoryEntry
+from app.errors import NotFound
+from app.queue.cursors import decode_event_cursor, encode_event_cursor
+from app.store import Stores
+from app.store.unit import UnitOfWork
+
+# How many of the newest failures of the window one grouping reads at most: bounded work
+# whatever the failure rate; the answer says when the window held more.
+FAILURES_SCANNED_MAX = 20_000
+FAILURE_SAMPLES = 5
+
+
+@dataclass(frozen=True)
+class FailureKey:
+    """One failure group, as GET /v1/failures names it."""
+
+    queue: str
+    type: str
+    error_type: str
+    pattern: str
+
+
+@dataclass(frozen=True)
+class Failures:
+    """The groups of a window, and whether the window held more failures than were read."""
+
+    since: datetime
+    groups: list[FailureGroup]
+    scanned: int
+    truncated: bool
+
+
+class HistoryService:
+    """Reads jobs' histories and groups their failures."""
+
+    def __init__(self, *, unit: UnitOfWork, stores: Stores) -> None:
+        self.unit = unit
+        self.stores = stores
+
+    async def events(
+        self, job_id: int, *, after: str | None, limit: int
+    ) -> tuple[list[JobHistoryEntry], str | None]:
+        """A page of the job's history, oldest first, and the cursor of the next (``None``: the
+        last page); ``NotFound`` for an unknown job."""
+        position = decode_event_cursor(after) if after is not None else None
+        if not valid_id(job_id):
+            raise NotFound(f"job {job_id} not found")
+        async for attempt in self.unit.ops():
+            async with attempt as conn:
+                job = await self.stores.jobs.job_get(conn, job_id=job_id)
+                rows = await self.stores.job_events.job_event_list(
+                    conn, job_id=job_id, after=position, limit=limit + 1
+                )
+        if job is None:
+            raise NotFound(f"job {job_id} not found")
+        if len(rows) <= limit:
+            return rows, None
+        rows = rows[:limit]
+        return rows, encode_event_cursor(rows[-1].at, rows[-1].id)
+
+    async def failures(
+        self,
+        *,
+        window_seconds: float,
+        queue: str | None = None,
+        queue_patterns: Sequence[str] | None = None,
+        limit: int = 50,
+    ) -> Failures:
+        """The failures of the last ``window_seconds``, grouped by cause, largest group first."""
+        since = datetime.now(UTC) - timedelta(seconds=window_seconds)
+        async for attempt in self.unit.ops():
+            async with attempt as conn:
+                groups = await self.stores.job_events.job_failure_groups(
+                    conn,
+                    since=since,
+                    queue=queue,
+                    queue_patterns=queue_patterns,
+                    scan=FAILURES_SCANNED_MAX,
+                    samples=FAILURE_SAMPLES,
+                    limit=limit,
+                )
+        scanned = groups[0].scanned if groups else 0
+        return Failures(
+            since=since, groups=groups, scanned=scanned, truncated=scanned >= FAILURES_SCANNED_MAX
+        )
+
+    async def failure_group_jobs(
+        self,
+        key: FailureKey,
+        *,
+        window_seconds: float,
+        statuses: Sequence[str],
+        queue_patterns: Sequence[str] | None = None,
+        limit: int,
+    ) -> list[int]:
+        """The ids of one group's jobs now in ``statuses``, newest first (at most ``limit``)."""
+        since = datetime.now(UTC) - timedelta(seconds=window_seconds)
+        async for attempt in self.unit.ops():
+            async with attempt as conn:
+                ids = await self.stores.job_events.job_failure_group_ids(
+                    conn,
+                    since=since,
+                    queue=key.queue,
+                    type=key.type,
+                    error_type=key.error_type,
+                    pattern=key.pattern,
+                    statuses=statuses,
+                    queue_patterns=queue_patterns,
+                    scan=FAILURES_SCANNED_MAX,
+                    limit=limit,
+                )
+        return ids
