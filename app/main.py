@@ -32,6 +32,7 @@ from app.maintenance.pruner import Pruner, PrunerConfig
 from app.maintenance.reaper import Reaper, ReaperConfig
 from app.maintenance.runner import Loop, LoopRunner
 from app.maintenance.scheduler import Scheduler, SchedulerConfig
+from app.maintenance.sightings import WorkerSightings
 from app.queue.jobs import CoalescingPolicy
 from app.queue.results import CHANNEL as FINISHED_CHANNEL
 from app.queue.results import ResultHub
@@ -63,7 +64,7 @@ def _require_url(settings: Settings) -> str:
 
 
 def _loops(settings: Settings, services: Services, hub: WaiterHub) -> list[Loop]:
-    """Every background loop of an instance: three on every instance, two on the leader only."""
+    """Every background loop of an instance: five on every instance, two on the leader only."""
     loops: list[Loop] = [
         Promoter(
             services=services,
@@ -78,6 +79,7 @@ def _loops(settings: Settings, services: Services, hub: WaiterHub) -> list[Loop]
             interval_seconds=settings.longpoll_backstop_seconds,
         ),
         QueueGauges(services=services, interval_seconds=settings.metrics_refresh_seconds),
+        WorkerSightings(services=services),
     ]
     if settings.maintenance_enabled:
         loops += [

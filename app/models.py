@@ -80,6 +80,9 @@ jobs = Table(
     # every other job: only the scheduler's insert writes them, so no producer can take a run.
     Column("schedule_name", Text, nullable=True),
     Column("scheduled_for", DateTime(timezone=True), nullable=True),
+    # When a heartbeat last moved the progress or the checkpoint (migration 0017): a running job
+    # that has not moved for JOBQ_STUCK_AFTER_SECONDS is flagged as possibly stuck.
+    Column("progress_at", DateTime(timezone=True), nullable=True),
     CheckConstraint(
         "status IN ('pending', 'scheduled', 'running', 'succeeded', 'dead', 'cancelled')",
         name="status",
@@ -225,6 +228,21 @@ job_events = Table(
         "at",
         postgresql_where=text("kind IN ('failed', 'lease_expired', 'timed_out')"),
     ),
+)
+
+# Workers seen claiming (migration 0017), by worker id within its API key (0: no key): the queues
+# they poll and when they were seen, written by each instance every few seconds from memory.
+workers = Table(
+    "workers",
+    metadata,
+    Column("worker_id", Text, nullable=False),
+    Column("key_id", BigInteger, nullable=False, server_default=text("0")),
+    Column("queues", ARRAY(Text), nullable=False),
+    Column("instance", Text, nullable=True),
+    Column("first_seen_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("last_seen_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    PrimaryKeyConstraint("worker_id", "key_id"),
+    Index("ix_workers_last_seen_at", "last_seen_at"),
 )
 
 # Per-queue job counts per state, kept exact by triggers on jobs (migration 0006); each backend

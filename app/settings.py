@@ -142,6 +142,20 @@ class Settings(BaseSettings):
         le=3600,
         description="How often /metrics' queue depth and oldest-job gauges are re-read.",
     )
+    stuck_after_seconds: float = Field(
+        default=600,
+        gt=0,
+        le=7 * 86_400,
+        description="A running job whose progress and checkpoint have not moved this long is "
+        "flagged as possibly stuck on the dashboard.",
+    )
+    metrics_types_max: int = Field(
+        default=50,
+        ge=1,
+        le=10_000,
+        description="Distinct job types /metrics labels per instance; later ones count as "
+        '"other", so a producer inventing types cannot grow the series without bound.',
+    )
 
     # Requests.
     max_body_bytes: int = Field(

@@ -22,6 +22,14 @@ Create Date: 2026-12-03
   expired or timed-out lease), per queue: what ``GET /v1/queues`` counts as ``retrying`` and
   ``GET /v1/jobs?status=retrying`` lists, told apart from jobs scheduled for later. Only such
   rows are in it, so enqueue, claim and complete never touch it.
+- ``workers``: the workers seen claiming, by (worker id, API key; 0 without one), with the
+  queues they poll, the instance that saw them and when (first and last, the database's clock).
+  Each instance keeps its sightings in memory and writes them every few seconds in one
+  statement, so a claim costs no write; rows unseen for a day are deleted. What
+  ``GET /v1/workers`` lists besides lease holders (idle, long-polling workers), and what tells a
+  pending job that no live worker polls its queue.
+- ``jobs.progress_at``: when a heartbeat last moved the job's progress or checkpoint, to flag a
+  running job that heartbeats without moving as possibly stuck.
 - ``audit_log``: ``job.run_now`` joins the recorded actions.
 
 Rolling deploys: instances still on 0016's code write no events (their transitions show only as
@@ -164,6 +172,28 @@ def upgrade() -> None:
         ["queue", "id"],
         postgresql_where=sa.text(_RETRYING),
     )
+    op.add_column("jobs", sa.Column("progress_at", sa.DateTime(timezone=True), nullable=True))
+    op.create_table(
+        "workers",
+        sa.Column("worker_id", sa.Text(), nullable=False),
+        sa.Column("key_id", sa.BigInteger(), server_default=sa.text("0"), nullable=False),
+        sa.Column("queues", postgresql.ARRAY(sa.Text()), nullable=False),
+        sa.Column("instance", sa.Text(), nullable=True),
+        sa.Column(
+            "first_seen_at",
+            sa.DateTime(timezone=True),
+            server_default=sa.text("now()"),
+            nullable=False,
+        ),
+        sa.Column(
+            "last_seen_at",
+            sa.DateTime(timezone=True),
+            server_default=sa.text("now()"),
+            nullable=False,
+        ),
+        sa.PrimaryKeyConstraint("worker_id", "key_id", name=op.f("pk_workers")),
+    )
+    op.create_index("ix_workers_last_seen_at", "workers", ["last_seen_at"])
     op.execute(_PROGRESS_DECILE)
     op.execute(_MASK_MESSAGE)
     op.execute(_EVENTS_DELETED)
@@ -182,6 +212,8 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_index("ix_jobs_retrying", table_name="jobs")
+    op.drop_table("workers")
+    op.drop_column("jobs", "progress_at")
     op.execute("DELETE FROM audit_log WHERE action = 'job.run_now'")
     _actions_check(_ACTIONS_BEFORE)
     op.execute("DROP TRIGGER jobs_events_truncated ON jobs")

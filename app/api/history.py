@@ -1,6 +1,8 @@
-"""A job's history and failures grouped by cause: what an operator reads during an incident.
+"""A job's history, its blockers and failures grouped by cause: what an operator reads during
+an incident.
 
-``GET /v1/jobs/{id}/events`` pages through a job's history; ``GET /v1/failures`` groups recent
+``GET /v1/jobs/{id}/events`` pages through a job's history; ``GET /v1/jobs/{id}/blockers``
+says why a pending job is not running; ``GET /v1/failures`` groups recent
 failures by cause; ``POST /v1/failures/{retry,cancel}`` acts on one group's jobs through the
 bulk machinery, on exactly the jobs the group holds when it is called.
 """
@@ -75,6 +77,27 @@ def build_router() -> APIRouter:
                 for r in rows
             ],
             next_cursor=next_cursor,
+        )
+
+    @router.get(
+        "/jobs/{job_id}/blockers", response_model=wire.JobBlockers, responses={404: PROBLEM}
+    )
+    async def job_blockers(
+        caller: Reader,
+        services: Services,
+        job_id: Annotated[int, Path(ge=1, le=MAX_BIGINT)],
+    ) -> wire.JobBlockers:
+        """Why a pending job is not running: its queue paused, its concurrency key's or queue's
+        running slots full (``key customer:42 at 2/2``) or rate bucket empty (until when), or no
+        live worker polling its queue (none seen claiming in the last 60 s). Empty for a job in
+        any other state, and for a pending job nothing holds back (it is next in line)."""
+        job, found = await services.ops.blockers(job_id)
+        if caller.scoped:
+            allow_queue(caller, job.queue, field="path.job_id")
+        return wire.JobBlockers(
+            job_id=job.id,
+            status=job.status,
+            blockers=[wire.Blocker(kind=b.kind, message=b.message, until=b.until) for b in found],
         )
 
     @router.get("/failures", response_model=wire.FailureList, responses={422: PROBLEM})

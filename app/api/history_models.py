@@ -159,3 +159,19 @@ class FailureGroupAction(BaseModel):
 
 JOB_ID_LIST_MAX = 10_000
 JobIds = list[Annotated[int, Field(ge=1, le=MAX_BIGINT)]]
+
+
+class Blocker(BaseModel):
+    """One reason a pending job is not running."""
+
+    kind: Literal["queue_paused", "key_limit", "key_rate", "queue_limit", "queue_rate", "no_worker"]
+    message: str = Field(description='In words, e.g. "key customer:42 at 2/2".')
+    until: datetime | None = Field(description="When an empty rate bucket has a token again.")
+
+
+class JobBlockers(BaseModel):
+    """What holds a job back now: empty unless it is pending."""
+
+    job_id: int
+    status: str
+    blockers: list[Blocker]

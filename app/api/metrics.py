@@ -17,6 +17,8 @@ A key scoped to some queues sees only those queues' per-queue series; the instan
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
+import platform
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -48,19 +50,37 @@ JOB_BUCKETS: tuple[float, ...] = (
 STATES = ("scheduled", "pending", "running", "succeeded", "dead", "cancelled")
 
 
-class JobMetrics:
-    """A subscriber of the job events: counts them per (queue, kind) and times waits and runs."""
+# The ``type`` label of a job type past the cap (JOBQ_METRICS_TYPES_MAX), and of an event whose
+# statement did not read the type (a bulk action's).
+OTHER_TYPE = "other"
 
-    def __init__(self) -> None:
-        self.events: Counter[tuple[str, str]] = Counter()
+
+class JobMetrics:
+    """A subscriber of the job events: counts them per (queue, type, kind) and times waits and
+    runs per queue. The first ``types_max`` job types seen get a label of their own."""
+
+    def __init__(self, *, types_max: int = 50) -> None:
+        self.events: Counter[tuple[str, str, str]] = Counter()
         self.waits: dict[str, Histogram] = {}
         self.runs: dict[str, Histogram] = {}
+        self.types_max = types_max
+        self.types: set[str] = set()
+
+    def _type(self, name: str | None) -> str:
+        if name is None:
+            return OTHER_TYPE
+        if name in self.types:
+            return name
+        if len(self.types) < self.types_max:
+            self.types.add(name)
+            return name
+        return OTHER_TYPE
 
     def __call__(self, events: Sequence[JobEvent]) -> None:
         """Counts committed events (called after each commit, app/queue/events.py; never blocks)."""
         counts = self.events
         for event in events:
-            counts[(event.queue, event.kind)] += 1
+            counts[(event.queue, self._type(event.type), event.kind)] += 1
             if event.waited_seconds is not None:
                 _observe(self.waits, event.queue, event.waited_seconds)
             if event.ran_seconds is not None:
@@ -79,7 +99,7 @@ class AppMetrics:
 
     def __init__(self, state: AppState) -> None:
         self.state = state
-        self.jobs = JobMetrics()
+        self.jobs = JobMetrics(types_max=state.settings.metrics_types_max)
         self.requests = RequestDurations()
 
     def timer(self, app: Starlette) -> Callable[[ASGIApp], ASGIApp]:
@@ -119,8 +139,10 @@ class _Scrape(Collector):
 
     def collect(self) -> Iterator[Metric]:
         """Every family: jobs, queues, requests, then the runtime's."""
+        yield _build_info()
         yield from self._jobs()
         yield from self._queues()
+        yield from self._limits_and_schedules()
         yield _request_family(self.metrics.requests)
         yield from self._runtime()
 
@@ -128,13 +150,14 @@ class _Scrape(Collector):
         jobs = self.metrics.jobs
         events = CounterMetricFamily(
             "jobq_job_events",
-            "Committed job state changes per queue and event (enqueued, claimed, completed, "
-            "failed, dead, released, reaped, cancelled, retried).",
-            labels=["queue", "event"],
+            "Committed job state changes per queue, job type and event (enqueued, claimed, "
+            "completed, failed, dead, released, reaped, cancelled, retried); job types past "
+            'JOBQ_METRICS_TYPES_MAX count as "other".',
+            labels=["queue", "type", "event"],
         )
-        for (queue, kind), count in sorted(jobs.events.items()):
+        for (queue, job_type, kind), count in sorted(jobs.events.items()):
             if self.visible(queue):
-                events.add_metric([queue, kind], count)
+                events.add_metric([queue, job_type, kind], count)
         yield events
         yield self._histogram(
             "jobq_job_wait_duration_seconds",
@@ -192,6 +215,64 @@ class _Scrape(Collector):
                 errored.add_metric([queue], count)
         yield errored
 
+    def _limits_and_schedules(self) -> Iterator[Metric]:
+        runtime = self.metrics.state.runtime
+        gauges = _gauges_loop(runtime.runner.loops) if runtime is not None else None
+        running = GaugeMetricFamily(
+            "jobq_limit_running",
+            "Jobs running under a concurrency or rate limit now, per limit, as last read.",
+            labels=["scope", "pattern"],
+        )
+        maximum = GaugeMetricFamily(
+            "jobq_limit_max_running",
+            "A limit's max_running (limits with a rate only are left out).",
+            labels=["scope", "pattern"],
+        )
+        held = GaugeMetricFamily(
+            "jobq_limit_held_back",
+            "Pending jobs held back by a limit now: in keys or queues at their max_running or "
+            "with an empty rate bucket (counted up to 100,000 per key), as last read.",
+            labels=["scope", "pattern"],
+        )
+        # A limit may reach any queue: only keys without scopes see them (as GET /v1/limits).
+        if gauges is not None and not self.caller.scoped:
+            held_back = gauges.held_back
+            for limit in gauges.limits or ():
+                labels = [limit.scope, limit.pattern]
+                running.add_metric(labels, limit.running)
+                if limit.max_running is not None:
+                    maximum.add_metric(labels, limit.max_running)
+                held.add_metric(labels, held_back.get(limit.id, 0))
+        yield running
+        yield maximum
+        yield held
+        next_run = GaugeMetricFamily(
+            "jobq_schedule_next_run_timestamp_seconds",
+            "Unix time of a schedule's next run, as last read.",
+            labels=["schedule", "queue"],
+        )
+        last_run = GaugeMetricFamily(
+            "jobq_schedule_last_run_timestamp_seconds",
+            "Unix time of a schedule's last run enqueued (absent before its first).",
+            labels=["schedule", "queue"],
+        )
+        state = GaugeMetricFamily(
+            "jobq_schedule_errored",
+            "1 while a schedule is in error (parked until changed or resumed), as last read.",
+            labels=["schedule", "queue"],
+        )
+        for schedule in (gauges.schedules if gauges else None) or ():
+            if not self.visible(schedule.queue):
+                continue
+            labels = [schedule.name, schedule.queue]
+            next_run.add_metric(labels, schedule.next_run_at.timestamp())
+            if schedule.last_run_at is not None:
+                last_run.add_metric(labels, schedule.last_run_at.timestamp())
+            state.add_metric(labels, int(schedule.errored_at is not None))
+        yield next_run
+        yield last_run
+        yield state
+
     def _runtime(self) -> Iterator[Metric]:
         runtime = self.metrics.state.runtime
         if runtime is None:
@@ -212,7 +293,9 @@ class _Scrape(Collector):
             value=int(runtime.runner.is_leader),
         )
         failures = GaugeMetricFamily(
-            "jobq_loop_failures", "Batches failed in a row, per loop.", labels=["loop"]
+            "jobq_loop_consecutive_failures",
+            "Batches failed in a row, per loop (0 after a batch that succeeded).",
+            labels=["loop"],
         )
         stalled = GaugeMetricFamily(
             "jobq_loop_stalled", "1 while a loop this instance runs is stalled.", labels=["loop"]
@@ -253,6 +336,26 @@ def _request_family(durations: RequestDurations) -> HistogramMetricFamily:
     for labels, histogram in durations:
         family.add_metric(list(labels), histogram.buckets(), histogram.total)
     return family
+
+
+def _build_info() -> GaugeMetricFamily:
+    family = GaugeMetricFamily(
+        "jobq_build_info",
+        "Always 1: the jobq version and the Python this instance runs on.",
+        labels=["version", "python"],
+    )
+    family.add_metric([_VERSION, platform.python_version()], 1)
+    return family
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("jobq")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout without an install
+        return "unknown"
+
+
+_VERSION = _version()
 
 
 def _gauges_loop(loops: Iterable[object]) -> QueueGauges | None:

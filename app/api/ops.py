@@ -139,14 +139,34 @@ def build_router(settings: Settings) -> APIRouter:
 
     @router.get("/v1/workers", response_model=WorkerList)
     async def list_workers(caller: Observer, services: Services) -> WorkerList:
-        """Workers holding leases now (a worker is its id within its API key): the jobs they hold
-        with each lease's expiry, the jobq instance that granted them, and when each worker was
-        last seen (its newest claim or heartbeat).
+        """Workers seen claiming in the last ten minutes (idle, long-polling ones included) and
+        every worker holding leases (a worker is its id within its API key): the queues it polls,
+        whether it is live (seen in the last 60 s), the jobs it holds with their types, start
+        times and lease expiries, the jobq instance, and when it was first and last seen.
 
-        A key scoped to some queues sees only the jobs of those queues.
+        A key scoped to some queues sees only those queues and their jobs.
         """
-        rows = await services.ops.workers(queue_patterns=caller.like_patterns())
-        return WorkerList(workers=[WorkerInfo.model_validate(asdict(r)) for r in rows])
+        rows = await services.workers.overview(queue_patterns=caller.like_patterns())
+        return WorkerList(
+            workers=[
+                WorkerInfo(
+                    worker_id=r.worker_id,
+                    key_name=r.key_name,
+                    queues=r.queues,
+                    live=r.live,
+                    instance=r.instance,
+                    first_seen_at=r.first_seen_at,
+                    jobs_held=r.jobs_held,
+                    job_ids=r.job_ids,
+                    job_types=r.job_types,
+                    job_started_at=r.job_started,
+                    lease_expiries=r.lease_expiries,
+                    next_lease_expiry=r.next_lease_expiry,
+                    last_seen_at=r.last_seen_at,
+                )
+                for r in rows
+            ]
+        )
 
     @router.get("/v1/audit", response_model=AuditPage, responses={422: PROBLEM})
     async def list_audit(

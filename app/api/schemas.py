@@ -239,6 +239,9 @@ class Job(BaseModel):
     checkpoint: JsonValue
     checkpoint_at: datetime | None
     progress: JsonValue
+    progress_at: datetime | None = Field(
+        description="When a heartbeat last moved the progress or the checkpoint."
+    )
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -496,25 +499,39 @@ class QueueSettings(StrictModel):
 
 
 class WorkerInfo(BaseModel):
-    """A worker holding leases now."""
+    """A worker seen claiming in the last ten minutes, or holding leases now."""
 
     worker_id: str
     key_name: str | None = Field(
         default=None, description="The API key the worker claimed with (none without keys)."
     )
+    queues: list[str] = Field(
+        default_factory=list, description="The queues it asked for in its last claim."
+    )
+    live: bool = Field(
+        default=True,
+        description="Seen claiming (a long-poll included) or heartbeating in the last 60 s.",
+    )
     instance: str | None = Field(
         default=None,
-        description="The jobq instance(s) that granted its leases (JOBQ_INSTANCE_NAME, or "
-        "<hostname>:<pid>).",
+        description="The jobq instance(s) that granted its leases, or that saw its last claim "
+        "(JOBQ_INSTANCE_NAME, or <hostname>:<pid>).",
+    )
+    first_seen_at: datetime | None = Field(
+        default=None, description="Its first claim this jobq remembers (kept a day after its last)."
     )
     jobs_held: int
     job_ids: list[int]
+    job_types: list[str] = Field(default_factory=list, description="In job_ids' order.")
+    job_started_at: list[datetime] = Field(
+        default_factory=list, description="When each held job's attempt started, in job_ids' order."
+    )
     lease_expiries: list[datetime] = Field(
         default_factory=list, description="Each held job's lease expiry, in job_ids' order."
     )
     next_lease_expiry: datetime | None
     last_seen_at: datetime | None = Field(
-        description="Its last claim or heartbeat on a job it still holds."
+        description="Its last claim, or heartbeat on a job it still holds."
     )
 
 

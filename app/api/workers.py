@@ -154,6 +154,8 @@ def build_router(settings: Settings) -> APIRouter:
         the same key can heartbeat, complete, fail or release them.
         """
         allow_queues(worker, body.queues, field="body.queues")
+        # Seen, live, long-polling or not (written every few seconds, not by this request).
+        services.workers.seen(body.worker_id, worker.key_id, body.queues)
         async with contextlib.AsyncExitStack() as stack:
             # Only a claim that may wait needs to notice the client leaving.
             gone = (

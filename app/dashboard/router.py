@@ -34,6 +34,7 @@ from app.dashboard.pages import (
     failures,
     job,
     jobs,
+    limits,
     overview,
     queues,
     schedules,
@@ -52,6 +53,7 @@ PAGES: tuple[tuple[Route, ...], ...] = (
     job.ROUTES,
     workers.ROUTES,
     failures.ROUTES,
+    limits.ROUTES,
     schedules.ROUTES,
     audit.ROUTES,
 )

@@ -103,6 +103,7 @@ class Job(Record):
     awaited: bool
     schedule_name: str | None
     scheduled_for: datetime | None
+    progress_at: datetime | None = None  # a column newer than the previous release's statement
 
     @property
     def retrying(self) -> bool:
@@ -118,6 +119,7 @@ class ReapedJob(Record):
     queue: str
     status: str
     freed_flow: bool = False
+    type: str | None = None  # a column newer than the previous release's statement
 
 
 @dataclass(slots=True)
@@ -352,3 +354,41 @@ class FailureGroup(Record):
     last_message: str
     sample_job_ids: list[int]
     scanned: int
+
+
+@dataclass(slots=True)
+class WorkerSeen(Record):
+    """A worker seen claiming lately, or holding leases (``worker_overview``)."""
+
+    worker_id: str
+    key_name: str | None
+    queues: list[str]
+    instance: str | None
+    first_seen_at: datetime | None  # None: holds leases, but not seen claiming lately
+    last_seen_at: datetime | None
+    live: bool
+    jobs_held: int
+    job_ids: list[int]
+    job_types: list[str]
+    job_started: list[datetime]
+    lease_expiries: list[datetime]
+    next_lease_expiry: datetime | None
+
+
+@dataclass(slots=True)
+class JobBlockers(Record):
+    """What may hold one job back now (``job_blockers``)."""
+
+    id: int
+    status: str
+    queue: str
+    concurrency_key: str | None
+    run_at: datetime
+    queue_paused: bool
+    key_running: int | None
+    key_max_running: int | None
+    key_blocked_until: datetime | None
+    queue_running: int | None
+    queue_max_running: int | None
+    queue_blocked_until: datetime | None
+    live_workers: int

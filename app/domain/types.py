@@ -22,6 +22,11 @@ class NotGiven(enum.Enum):
 NOT_GIVEN = NotGiven.NOT_GIVEN
 
 
+# A worker is live while it was seen claiming (or heartbeating a job it holds) this recently:
+# three times the longest long-poll (20 s), so a worker parked in a long poll stays live.
+WORKER_LIVE_SECONDS = 60.0
+
+
 @dataclass(frozen=True, slots=True)
 class LeaseUpdate:
     """One lease named in a heartbeat, complete, fail or release, and what the worker reports.
@@ -70,6 +75,7 @@ class JobEvent:
     job_id: int
     queue: str
     status: str | None = None  # the job's state after the change
+    type: str | None = None  # the job's type (None where the statement did not read it)
     worker_id: str | None = None
     key_id: int | None = None
     attempt: int | None = None
@@ -139,6 +145,7 @@ class LeaseOutcome:
     lease_expires_at: datetime | None = None
     run_at: datetime | None = None
     queue: str | None = None
+    type: str | None = None
     # Seconds from the claim to this call's end of the attempt (complete, fail), by PostgreSQL.
     ran_seconds: float | None = None
     # Whether the job gave back running slots of a concurrency limit (other jobs may now run).
@@ -264,3 +271,13 @@ class AuditFilter:
     queue_patterns: tuple[str, ...] | None = None
     before_id: int | None = None
     limit: int = 50
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """One reason a due job is not running: ``kind`` is queue_paused, key_limit, key_rate,
+    queue_limit, queue_rate or no_worker; ``until`` when a rate bucket refills."""
+
+    kind: str
+    message: str
+    until: datetime | None = None

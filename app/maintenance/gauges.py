@@ -3,7 +3,8 @@
 A scrape must not cost the database a query (several Prometheus servers may scrape every
 instance), so the gauges show what this loop last read: the trigger-kept ``queue_counts`` rows
 and one index probe per queue for its oldest pending job (``services.ops.queue_stats()``, the same
-read as ``GET /v1/queues``), and the schedules in error per queue. It runs on every instance, so
+read as ``GET /v1/queues``), the schedules in error per queue, the limits with their running
+and held-back jobs, and the first 1,000 schedules' runs. It runs on every instance, so
 each one's scrape is complete.
 """
 
@@ -11,11 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from app.domain.records import QueueStats
+from app.domain.records import FlowLimitUse, QueueStats, Schedule
 from app.queue.services import Services
 from app.settings import setting_default
 
 METRICS_REFRESH_DEFAULT: float = setting_default("metrics_refresh_seconds")
+# Schedules with series of their own on /metrics (the first, by name): a bounded scrape.
+SCHEDULES_SHOWN = 1000
 
 
 class QueueGauges:
@@ -37,11 +40,19 @@ class QueueGauges:
         self.queues: Sequence[QueueStats] | None = None
         # Schedules in error per queue, as last read (queues without any are absent).
         self.schedules_errored: Mapping[str, int] = {}
+        # The limits with their running jobs, the jobs each holds back (by limit id), and the
+        # first SCHEDULES_SHOWN schedules by name, as last read.
+        self.limits: Sequence[FlowLimitUse] | None = None
+        self.held_back: Mapping[int, int] = {}
+        self.schedules: Sequence[Schedule] | None = None
 
     async def run_once(self) -> int:
         """One read; answers how many queues it saw."""
         self.queues = await self.services.ops.queue_stats()
         self.schedules_errored = await self.services.schedules.errored_counts()
+        self.limits = await self.services.limits.list_all()
+        self.held_back = await self.services.limits.held_back() if self.limits else {}
+        self.schedules, _ = await self.services.schedules.list_page(limit=SCHEDULES_SHOWN)
         return len(self.queues)
 
     async def run_batch(self) -> int:

@@ -26,6 +26,9 @@ SCOPES = ("key", "queue")
 # A flow_state row with nothing running, untouched this long (and past its bucket's refill
 # time), is deleted by the pruner; the next claim that needs it creates it again.
 FLOW_IDLE_SECONDS = 300.0
+# Pending jobs counted per blocked key or queue for the held-back gauge: a bounded read however
+# deep a backlog grows.
+HELD_BACK_CAP = 100_000
 
 
 def like_pattern(glob: str) -> str:
@@ -47,6 +50,14 @@ class LimitsService:
             async with attempt as conn:
                 rows = await self.stores.flow_limits.flow_limit_list(conn)
         return rows
+
+    async def held_back(self, *, cap: int = HELD_BACK_CAP) -> dict[int, int]:
+        """Per limit id, the pending jobs it holds back now: in keys or queues at their
+        max_running or with an empty bucket (each counted up to ``cap``)."""
+        async for attempt in self.unit.ops():
+            async with attempt as conn:
+                counts = await self.stores.flow_limits.flow_limit_held_back(conn, cap=cap)
+        return counts
 
     async def put(
         self,

@@ -144,7 +144,7 @@ class JobService:
         """Tells observers of the jobs a committed enqueue created; wakes waiters for the due ones."""
         self.events.publish(
             [
-                JobEvent("enqueued", a[0].id, a[0].queue, status=a[0].status)
+                JobEvent("enqueued", a[0].id, a[0].queue, status=a[0].status, type=a[0].type)
                 for a in answered
                 if isinstance(a, tuple) and a[1]
             ]
@@ -322,6 +322,7 @@ class JobService:
                     row.id,
                     row.queue,
                     status=row.status,
+                    type=row.type,
                     worker_id=worker_id,
                     key_id=key_id,
                     attempt=row.attempts,
@@ -499,6 +500,7 @@ class JobService:
                         outcomes[i].job_id,
                         outcomes[i].queue or "",
                         status=outcomes[i].status,
+                        type=outcomes[i].type,
                         worker_id=items[i].worker_id,
                         key_id=items[i].key_id,
                         ran_seconds=outcomes[i].ran_seconds,

@@ -18,6 +18,7 @@ from app.domain.records import (
     AuditEntry,
     BulkCandidate,
     Job,
+    JobBlockers,
     QueuePut,
     QueueStats,
     QueueSwitch,
@@ -32,7 +33,15 @@ from app.domain.states import (
     bulk_states_allowed,
     states_of,
 )
-from app.domain.types import AuditFilter, BulkOutcome, JobEvent, JobSearch, ListFilter
+from app.domain.types import (
+    WORKER_LIVE_SECONDS,
+    AuditFilter,
+    Blocker,
+    BulkOutcome,
+    JobEvent,
+    JobSearch,
+    ListFilter,
+)
 from app.errors import InvalidInput, InvalidTransition, NotFound, QueueNotEmpty
 from app.queue.cursors import decode_cursor, encode_cursor
 from app.queue.events import Events
@@ -120,6 +129,20 @@ class OpsService:
             async with attempt as conn:
                 rows = await self.stores.jobs.worker_list(conn, queue_patterns=queue_patterns)
         return rows
+
+    async def blockers(self, job_id: int) -> tuple[Job, list[Blocker]]:
+        """The job, and what holds it back now if it is pending (nothing for other states)."""
+        if not valid_id(job_id):
+            raise NotFound(f"job {job_id} not found")
+        async for attempt in self.unit.ops():
+            async with attempt as conn:
+                job = await self.stores.jobs.job_get(conn, job_id=job_id)
+                row = await self.stores.jobs.job_blockers(
+                    conn, job_id=job_id, live_seconds=WORKER_LIVE_SECONDS
+                )
+        if job is None or row is None:
+            raise NotFound(f"job {job_id} not found")
+        return job, (_blockers(row) if row.status == JobStatus.PENDING else [])
 
     # -- bulk actions ------------------------------------------------------------------------
 
@@ -257,7 +280,13 @@ class OpsService:
             raise NotFound(f"job {job_id} not found")
         status = outcome.job.status
         if outcome.changed:
-            self.events.publish([JobEvent("cancelled", job_id, outcome.job.queue, status=status)])
+            self.events.publish(
+                [
+                    JobEvent(
+                        "cancelled", job_id, outcome.job.queue, status=status, type=outcome.job.type
+                    )
+                ]
+            )
             if outcome.status_before == JobStatus.RUNNING and outcome.job.flow_keys:
                 self.events.wake(outcome.job.queue, 1)  # its running slots are free again
         if outcome.changed or status == JobStatus.CANCELLED:
@@ -283,7 +312,15 @@ class OpsService:
         if outcome.changed:
             self.events.wake(outcome.job.queue, 1)
             self.events.publish(
-                [JobEvent("retried", job_id, outcome.job.queue, status=outcome.job.status)]
+                [
+                    JobEvent(
+                        "retried",
+                        job_id,
+                        outcome.job.queue,
+                        status=outcome.job.status,
+                        type=outcome.job.type,
+                    )
+                ]
             )
             return outcome.job
         raise InvalidTransition(
@@ -413,3 +450,49 @@ class OpsService:
                 rows = await self.stores.audit.audit_list(conn, where=where)
         next_cursor = encode_cursor(rows[limit - 1].id) if len(rows) > limit else None
         return rows[:limit], next_cursor
+
+
+def _blockers(row: JobBlockers) -> list[Blocker]:
+    """A pending job's blockers, as the claim would meet them: the queue's switch, the key's and
+    the queue's limits, then whether any live worker asks for the queue at all."""
+    found: list[Blocker] = []
+    if row.queue_paused:
+        found.append(Blocker("queue_paused", f"queue {row.queue} is paused"))
+    if row.concurrency_key is not None:
+        key = row.concurrency_key
+        if row.key_max_running is not None and (row.key_running or 0) >= row.key_max_running:
+            found.append(
+                Blocker("key_limit", f"key {key} at {row.key_running}/{row.key_max_running}")
+            )
+        if row.key_blocked_until is not None:
+            found.append(
+                Blocker(
+                    "key_rate",
+                    f"key {key} has no rate budget until {row.key_blocked_until.isoformat()}",
+                    row.key_blocked_until,
+                )
+            )
+    if row.queue_max_running is not None and (row.queue_running or 0) >= row.queue_max_running:
+        found.append(
+            Blocker(
+                "queue_limit",
+                f"queue {row.queue} at {row.queue_running}/{row.queue_max_running}",
+            )
+        )
+    if row.queue_blocked_until is not None:
+        found.append(
+            Blocker(
+                "queue_rate",
+                f"queue {row.queue} has no rate budget until {row.queue_blocked_until.isoformat()}",
+                row.queue_blocked_until,
+            )
+        )
+    if row.live_workers == 0:
+        found.append(
+            Blocker(
+                "no_worker",
+                f"no live worker polls queue {row.queue} (none seen claiming in the last "
+                f"{WORKER_LIVE_SECONDS:.0f} s)",
+            )
+        )
+    return found

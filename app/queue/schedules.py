@@ -496,7 +496,9 @@ class ScheduleService:
         async for attempt in self.unit.hot(transaction=True):
             async with attempt as conn:
                 outcome, created = await self._schedule_pass(conn, batch_size=batch_size, now=now)
-        self.events.publish([JobEvent("enqueued", r.id, r.queue, status=r.status) for r in created])
+        self.events.publish(
+            [JobEvent("enqueued", r.id, r.queue, status=r.status, type=r.type) for r in created]
+        )
         self.events.wake_queues(r.queue for r in created if r.status == JobStatus.PENDING)
         return outcome
 

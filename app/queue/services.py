@@ -19,6 +19,7 @@ from app.queue.results import ResultHub, ResultService
 from app.queue.schedules import ScheduleService
 from app.queue.upkeep import UpkeepService
 from app.queue.waiters import WaiterHub
+from app.queue.workers import WorkerService
 from app.store import Stores
 from app.store.unit import UnitOfWork
 
@@ -36,6 +37,7 @@ class Services:
     limits: LimitsService
     schedules: ScheduleService
     upkeep: UpkeepService
+    workers: WorkerService
 
 
 def build_services(
@@ -73,4 +75,5 @@ def build_services(
         limits=LimitsService(unit=unit, stores=stores, events=events),
         schedules=ScheduleService(unit=unit, stores=stores, events=events, defaults=defaults),
         upkeep=UpkeepService(unit=unit, stores=stores, events=events),
+        workers=WorkerService(unit=unit, stores=stores),
     )

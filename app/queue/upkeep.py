@@ -30,7 +30,9 @@ class UpkeepService:
         async for attempt in self.unit.ops():
             async with attempt as conn:
                 reaped = await self.stores.jobs.job_reap(conn, batch_size=batch_size, now=now)
-        self.events.publish([JobEvent("reaped", r.id, r.queue, status=r.status) for r in reaped])
+        self.events.publish(
+            [JobEvent("reaped", r.id, r.queue, status=r.status, type=r.type) for r in reaped]
+        )
         self.events.wake_queues(r.queue for r in reaped if r.freed_flow)
         return reaped
 

@@ -21,6 +21,7 @@ from app.store.jobs import JobStore
 from app.store.keys import KeyStore
 from app.store.queues import QueueStore
 from app.store.schedules import ScheduleStore
+from app.store.workers import WorkerStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +36,7 @@ class Stores:
     audit: AuditStore
     keys: KeyStore
     control: ControlStore
+    workers: WorkerStore
 
 
 # The store class of each SQL file (by its stem): what the mapping test walks.
@@ -47,6 +49,7 @@ STORE_OF_FILE: dict[str, type] = {
     "audit": AuditStore,
     "keys": KeyStore,
     "control": ControlStore,
+    "workers": WorkerStore,
 }
 
 
@@ -83,4 +86,5 @@ def stores_for(settings: StoreSettings) -> Stores:
         audit=AuditStore(),
         keys=KeyStore(),
         control=ControlStore(),
+        workers=WorkerStore(instance=instance),
     )

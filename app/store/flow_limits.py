@@ -16,6 +16,11 @@ class FlowLimitStore:
         """Every limit, with how many jobs run under it now."""
         return [FlowLimitUse.from_row(row) for row in await conn.fetch("flow_limit_list")]
 
+    async def flow_limit_held_back(self, conn: Conn, *, cap: int) -> dict[int, int]:
+        """Per limit id, the pending jobs it holds back now (each key or queue counted up to ``cap``)."""
+        rows = await conn.fetch("flow_limit_held_back", {"cap": cap})
+        return {int(row["id"]): int(row["jobs"]) for row in rows}
+
     async def flow_limit_set(
         self,
         conn: Conn,

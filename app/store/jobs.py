@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from app.domain.records import BulkCandidate, Job, ReapedJob, WorkerLeases
+from app.domain.records import BulkCandidate, Job, JobBlockers, ReapedJob, WorkerLeases
 from app.domain.states import BulkAction, JobStatus
 from app.domain.types import (
     NOT_GIVEN,
@@ -203,6 +203,7 @@ class JobStore:
                 lease_expires_at=row.get("lease_expires_at"),
                 run_at=row.get("run_at"),
                 queue=row.get("queue"),
+                type=row.get("type"),
                 ran_seconds=row.get("ran_seconds"),
                 freed_flow=bool(row.get("freed_flow")),
             )
@@ -269,6 +270,13 @@ class JobStore:
             )
             for row in rows
         ]
+
+    async def job_blockers(
+        self, conn: Conn, *, job_id: int, live_seconds: float
+    ) -> JobBlockers | None:
+        """What may hold the job back now; ``None`` for an unknown job."""
+        rows = await conn.fetch("job_blockers", {"id": job_id, "live_seconds": live_seconds})
+        return JobBlockers.from_row(rows[0]) if rows else None
 
     async def worker_list(
         self, conn: Conn, *, queue_patterns: Sequence[str] | None = None

@@ -21,9 +21,9 @@ def job_ids(html: str) -> list[int]:
 
 def cell(html: str, queue: str, column: str) -> str:
     row = html.split(f'<tr data-queue="{queue}"', 1)[1].split("</tr>", 1)[0]
-    found = re.search(rf'<td[^>]*data-col="{column}">([^<]*)</td>', row)
+    found = re.search(rf'<td[^>]*data-col="{column}">(.*?)</td>', row)
     assert found is not None, row
-    return found.group(1)
+    return re.sub(r"<[^>]+>", "", found.group(1))
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from app.auth import store
 from app.auth.keys import Role
 from app.http.timing import Histogram, status_class
 from app.maintenance.gauges import QueueGauges
-from tests.api.helpers import claim, enqueue, lease, lease_call
+from tests.api.helpers import claim, enqueue, lease, lease_call, running_app
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -50,8 +50,14 @@ def value(samples: Samples, name: str, **labels: str) -> float:
     return samples.get((name, frozenset(labels.items())), 0.0)
 
 
+def summed(samples: Samples, name: str, **labels: str) -> float:
+    """The sum of the samples of ``name`` whose labels include ``labels`` (any other labels)."""
+    wanted = set(labels.items())
+    return sum(v for (n, have), v in samples.items() if n == name and wanted <= have)
+
+
 def events(samples: Samples, queue: str) -> dict[str, float]:
-    return {e: value(samples, "jobq_job_events_total", queue=queue, event=e) for e in EVENTS}
+    return {e: summed(samples, "jobq_job_events_total", queue=queue, event=e) for e in EVENTS}
 
 
 def delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
@@ -208,7 +214,7 @@ async def test_a_scoped_viewer_sees_only_its_queues_series(
 
     mine = await scrape(client, {"Authorization": f"Bearer {scoped}"})
     assert queues_in(mine) == {"billing.invoices"}
-    assert value(mine, "jobq_job_events_total", queue="billing.invoices", event="enqueued") == 1
+    assert summed(mine, "jobq_job_events_total", queue="billing.invoices", event="enqueued") == 1
     everyone = await scrape(client, {"Authorization": f"Bearer {viewer}"})
     assert queues_in(everyone) == {"billing.invoices", "emails"}
     refused = await client.get("/metrics", headers={"Authorization": f"Bearer {producer}"})
@@ -230,3 +236,47 @@ def test_histogram_bounds_are_inclusive_and_cumulative() -> None:
         "5xx",
         "none",
     ]
+
+
+async def test_events_carry_a_bounded_type_label_and_the_build_is_named(
+    database_url: str, clean_db: AsyncEngine
+) -> None:
+    async with running_app(database_url, metrics_types_max=2) as client:
+        for job_type in ("a", "b", "c", "d"):
+            await enqueue(client, queue="typed", type=job_type)
+        samples = await scrape(client)
+        enqueued = {
+            dict(labels)["type"]: v
+            for (name, labels), v in samples.items()
+            if name == "jobq_job_events_total" and dict(labels).get("queue") == "typed"
+        }
+        assert enqueued == {"a": 1, "b": 1, "other": 2}
+        [build] = [labels for (name, labels) in samples if name == "jobq_build_info"]
+        assert dict(build)["version"] and dict(build)["python"].count(".") == 2
+
+
+async def test_limits_and_schedules_have_gauges_as_the_loop_last_read_them(
+    app: FastAPI, client: httpx.AsyncClient, clean_db: AsyncEngine
+) -> None:
+    runtime = app_state(app).running()
+    [gauges] = [loop for loop in runtime.runner.loops if isinstance(loop, QueueGauges)]
+    r = await client.put(
+        "/v1/limits", json={"scope": "key", "pattern": "customer:*", "max_running": 1}
+    )
+    assert r.status_code == 201, r.text
+    for _ in range(3):
+        await enqueue(client, queue="limited", concurrency_key="customer:42")
+    [held] = await claim(client, "w1", ["limited"], max_jobs=3)
+    assert held["concurrency_key"] == "customer:42"
+    schedule = {"interval_seconds": 3600, "template": {"queue": "limited", "type": "tick"}}
+    assert (await client.put("/v1/schedules/hourly", json=schedule)).status_code == 201
+    await gauges.run_batch()
+    samples = await scrape(client)
+    limit = {"scope": "key", "pattern": "customer:*"}
+    assert value(samples, "jobq_limit_running", **limit) == 1
+    assert value(samples, "jobq_limit_max_running", **limit) == 1
+    assert value(samples, "jobq_limit_held_back", **limit) == 2
+    labels = {"schedule": "hourly", "queue": "limited"}
+    assert value(samples, "jobq_schedule_next_run_timestamp_seconds", **labels) > 1.7e9
+    assert value(samples, "jobq_schedule_errored", **labels) == 0
+    assert ("jobq_schedule_last_run_timestamp_seconds", frozenset(labels.items())) not in samples

@@ -72,7 +72,7 @@ async def test_metrics_show_waiting_claims_and_loop_health(client: httpx.AsyncCl
     await poll_until(one_waiting, within=5, what="the claim to park")
     scrape = (await client.get("/metrics")).text
     assert 'jobq_loop_stalled{loop="promoter"} 0.0' in scrape
-    assert 'jobq_loop_failures{loop="backstop"} 0.0' in scrape
+    assert 'jobq_loop_consecutive_failures{loop="backstop"} 0.0' in scrape
     assert 'jobq_statements_total{kind="claim"}' in scrape
     await enqueue(client, queue="idle")
     assert len(await asyncio.wait_for(waiting, 5)) == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict
+from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import Response
@@ -13,6 +14,7 @@ from app.dashboard.base import PREFIX, job_id
 from app.dashboard.board import READ, READ_OPERATE, Call, Route
 from app.dashboard.session import Flash
 from app.domain.states import JobStatus
+from app.domain.types import Blocker
 from app.errors import Forbidden, InvalidTransition
 
 # The job page shows this much of a job's history; GET /v1/jobs/{id}/events pages through all.
@@ -39,6 +41,19 @@ async def job(call: Call) -> Response:
                 holder = asdict(worker)
                 break
     events, more = await call.services.history.events(row["id"], after=None, limit=HISTORY_SHOWN)
+    blockers: list[Blocker] = []
+    if row["status"] == JobStatus.PENDING:
+        _, blockers = await call.services.ops.blockers(row["id"])
+    moved_at = max(
+        (t for t in (row.get("progress_at"), row.get("started_at")) if t is not None),
+        default=None,
+    )
+    stuck_after = call.settings.stuck_after_seconds
+    stuck = (
+        row["status"] == JobStatus.RUNNING
+        and moved_at is not None
+        and (datetime.now(UTC) - moved_at).total_seconds() > stuck_after
+    )
     return call.page(
         "job",
         nav="jobs",
@@ -48,6 +63,10 @@ async def job(call: Call) -> Response:
         progress=views.progress_bar(row.get("progress")),
         timeline=views.timeline(events),
         timeline_more=more is not None,
+        blockers=blockers,
+        moved_at=moved_at,
+        stuck=stuck,
+        stuck_after=stuck_after,
     )
 
 

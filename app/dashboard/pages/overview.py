@@ -15,9 +15,13 @@ THROUGHPUT_MINUTES = 60
 
 
 async def overview(call: Call) -> Response:
-    """Queues with counts per state, oldest pending age, paused flag, and the last hour's throughput."""
+    """Queues with counts per state (each a link to those jobs), oldest pending age, paused flag,
+    a warning where jobs wait and no live worker polls the queue, and the last hour's throughput."""
     covers = call.caller.principal.covers
     queues = [asdict(r) for r in await call.services.ops.queue_stats() if covers(r.name)]
+    live = await call.services.workers.live_per_queue([q["name"] for q in queues])
+    for q in queues:
+        q["live_workers"] = live.get(q["name"], 0)
     throughput = await call.services.ops.queue_throughput(minutes=THROUGHPUT_MINUTES)
     chart = views.throughput_chart(
         [asdict(r) for r in throughput],

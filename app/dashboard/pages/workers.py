@@ -1,4 +1,4 @@
-"""Workers (``/dashboard/workers``): who holds what right now."""
+"""Workers (``/dashboard/workers``): who works on what, and who is idle, right now."""
 
 from __future__ import annotations
 
@@ -14,11 +14,20 @@ WORKER_JOB_LINKS = 20
 
 
 async def workers(call: Call) -> Response:
-    """Who holds what: workers with leases, their keys, jobs, last heartbeat and next expiry."""
-    rows = await call.services.ops.workers(queue_patterns=call.caller.principal.like_patterns())
-    return call.page(
-        "workers", nav="workers", workers=[asdict(r) for r in rows], links=WORKER_JOB_LINKS
+    """Workers seen in the last ten minutes and every lease holder: live or not, the queues they
+    poll, the jobs they hold with type and running time, first and last seen."""
+    rows = await call.services.workers.overview(
+        queue_patterns=call.caller.principal.like_patterns()
     )
+    shown = []
+    for r in rows:
+        row = asdict(r)
+        row["held"] = [
+            {"id": i, "type": t, "started_at": s}
+            for i, t, s in zip(r.job_ids, r.job_types, r.job_started, strict=False)
+        ]
+        shown.append(row)
+    return call.page("workers", nav="workers", workers=shown, links=WORKER_JOB_LINKS)
 
 
 ROUTES = (

@@ -35,6 +35,39 @@ FROM flow_limits l
 LEFT JOIN governed g ON g.id = l.id
 ORDER BY l.scope, l.pattern;
 
+-- name: flow_limit_held_back
+-- Per limit, the pending jobs it holds back now: those of the keys or queues at their max_running or with an empty bucket (each counted up to :cap), under the one limit that applies (the longest matching pattern).
+WITH blocked AS (
+    SELECT CASE WHEN starts_with(f.key, 'queue:') THEN 'queue' ELSE 'key' END AS scope,
+           CASE WHEN starts_with(f.key, 'queue:') THEN substr(f.key, 7)
+                ELSE split_part(substr(f.key, 5), '|', 1) END AS queue,
+           CASE WHEN starts_with(f.key, 'queue:') THEN NULL
+                ELSE substr(f.key, strpos(f.key, '|') + 1) END AS concurrency_key
+    FROM flow_state f
+    -- Both partial indexes of flow_state: only rows that hold jobs back are read. Key rows of
+    -- releases before 0014 ("key:<concurrency_key>") name no queue: left out.
+    WHERE (f.at_limit OR f.blocked_until > now())
+      AND (starts_with(f.key, 'queue:') OR strpos(f.key, '|') > 0)
+),
+counted AS (
+    SELECT b.scope, COALESCE(b.concurrency_key, b.queue) AS name,
+           (SELECT count(*) FROM (
+                SELECT 1 FROM jobs j
+                WHERE j.status = 'pending' AND j.queue = b.queue
+                  AND (b.concurrency_key IS NULL OR j.concurrency_key = b.concurrency_key)
+                LIMIT :cap) w) AS jobs
+    FROM blocked b
+)
+SELECT best.id, sum(c.jobs)::bigint AS jobs
+FROM counted c
+CROSS JOIN LATERAL (
+    SELECT l.id FROM flow_limits l
+    WHERE l.scope = c.scope AND c.name LIKE l.like_pattern
+    ORDER BY length(l.pattern) DESC, l.id
+    LIMIT 1
+) best
+GROUP BY best.id;
+
 -- name: flow_limit_set
 -- Creates or replaces the limit of (scope, pattern); clears the limit hints of the flow_state rows it covers, so the next claim applies the new values; answers the limit and whether it was new.
 WITH upserted AS (

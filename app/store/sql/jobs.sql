@@ -469,6 +469,10 @@ beaten AS (
         checkpoint = CASE WHEN i.has_checkpoint THEN i.checkpoint ELSE j.checkpoint END,
         checkpoint_at = CASE WHEN i.has_checkpoint THEN now() ELSE j.checkpoint_at END,
         progress = CASE WHEN i.has_progress THEN i.progress ELSE j.progress END,
+        -- Moved: a progress or a checkpoint other than the stored one (not a mere heartbeat).
+        progress_at = CASE WHEN (i.has_progress AND i.progress IS DISTINCT FROM j.progress)
+                                OR (i.has_checkpoint AND i.checkpoint IS DISTINCT FROM j.checkpoint)
+                           THEN now() ELSE j.progress_at END,
         updated_at = now()
     FROM items i
     WHERE j.id = i.job_id AND j.lease_id = i.lease_id
@@ -513,7 +517,7 @@ WHERE j.id = i.job_id AND j.lease_id = i.lease_id
   AND j.lease_key_id IS NOT DISTINCT FROM i.key_id
   AND (j.timeout_seconds IS NULL
        OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
-RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue,
+RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue, j.type,
           EXTRACT(EPOCH FROM now() - j.started_at)::float8 AS ran_seconds,
           j.flow_keys IS NOT NULL AS freed_flow;
 
@@ -567,7 +571,7 @@ failed AS (
       AND (j.timeout_seconds IS NULL
            OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
     -- ran_seconds from now(), not finished_at: a retried attempt has no finished_at.
-    RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue,
+    RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue, j.type,
               EXTRACT(EPOCH FROM now() - j.started_at)::float8 AS ran_seconds,
               j.flow_keys IS NOT NULL AS freed_flow,
               j.started_at, j.attempts, j.worker_id, j.lease_key_id, j.lease_instance,
@@ -587,7 +591,7 @@ events AS (
             'run_at', CASE WHEN f.status <> 'dead' THEN f.run_at END)))
     ) AS e(at, kind, data)
 )
-SELECT ord, job_id, status, run_at, queue, ran_seconds, freed_flow FROM failed;
+SELECT ord, job_id, status, run_at, queue, type, ran_seconds, freed_flow FROM failed;
 
 -- name: job_release
 -- Returns held jobs to pending (scheduled after a delay) without charging the attempt, keeping or replacing the checkpoint; the attempt's claim and the release go to job_events.
@@ -620,7 +624,7 @@ released AS (
       AND (j.timeout_seconds IS NULL
            OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
     -- The attempt the worker ran is the one before the release gave it back.
-    RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue,
+    RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue, j.type,
               j.flow_keys IS NOT NULL AS freed_flow,
               j.started_at, j.attempts + 1 AS attempts, j.worker_id, j.lease_key_id,
               j.lease_instance, i.delay_seconds, i.has_checkpoint
@@ -637,7 +641,7 @@ events AS (
             'status', f.status, 'run_at', f.run_at))
     ) AS e(at, kind, data)
 )
-SELECT ord, job_id, status, run_at, queue, freed_flow FROM released;
+SELECT ord, job_id, status, run_at, queue, type, freed_flow FROM released;
 
 -- name: job_lease_verdict
 -- For lease items a transition did not take, read after it: a replay of that same transition (answered with the job's state now), or lost; and whether this lease was cancelled or timed out.
@@ -771,6 +775,24 @@ UNION ALL
 SELECT false AS changed, target.status AS status_before, target.*
 FROM target WHERE NOT EXISTS (SELECT 1 FROM moved);
 
+-- name: job_blockers
+-- What may hold one job back now: its queue paused; its key's or queue's running slots full or rate bucket empty (as the claim last left their flow_state rows); how many workers seen in the last :live_seconds poll its queue.
+SELECT j.id, j.status, j.queue, j.concurrency_key, j.run_at,
+       COALESCE(q.paused, false) AS queue_paused,
+       ks.running AS key_running, ks.max_running AS key_max_running,
+       CASE WHEN ks.blocked_until > now() THEN ks.blocked_until END AS key_blocked_until,
+       qs.running AS queue_running, qs.max_running AS queue_max_running,
+       CASE WHEN qs.blocked_until > now() THEN qs.blocked_until END AS queue_blocked_until,
+       (SELECT count(*) FROM workers w
+        WHERE j.queue = ANY (w.queues)
+          AND w.last_seen_at > now() - make_interval(secs => CAST(:live_seconds AS float8)))
+           AS live_workers
+FROM jobs j
+LEFT JOIN queues q ON q.name = j.queue
+LEFT JOIN flow_state ks ON ks.key = 'key:' || j.queue || '|' || j.concurrency_key
+LEFT JOIN flow_state qs ON qs.key = 'queue:' || j.queue
+WHERE j.id = :id;
+
 -- name: job_reap
 -- Moves at most :batch_size running jobs whose lease expired (or whose run time passed timeout_seconds) to scheduled after a backoff, or to dead on the last attempt; the attempt's claim and its end go to job_events.
 WITH clock AS (
@@ -815,7 +837,7 @@ reaped AS (
         updated_at = now()
     FROM reasons r, clock c
     WHERE j.id = r.id AND j.status = 'running' AND j.lease_expires_at < c.now
-    RETURNING j.id, j.queue, j.status, j.flow_keys IS NOT NULL AS freed_flow,
+    RETURNING j.id, j.queue, j.status, j.flow_keys IS NOT NULL AS freed_flow, j.type,
               j.id AS job_id, j.started_at, j.attempts, j.worker_id, j.lease_key_id,
               j.lease_instance, j.run_at, r.timed_out, r.reason
 ),
@@ -831,7 +853,7 @@ events AS (
                             'run_at', CASE WHEN f.status <> 'dead' THEN f.run_at END))
     ) AS e(at, kind, data)
 )
-SELECT id, queue, status, freed_flow FROM reaped;
+SELECT id, queue, status, freed_flow, type FROM reaped;
 
 -- name: job_promote
 -- Moves at most :batch_size scheduled jobs whose run_at has come to pending, oldest first, recording each in job_events; answers their queues.
