@@ -8,6 +8,7 @@ time. ``tests/unit/test_render.py`` holds each shape against its pydantic model.
 from __future__ import annotations
 
 import json
+import operator
 import uuid
 from collections.abc import Iterable, Sequence
 from datetime import datetime
@@ -21,6 +22,8 @@ from app.domain import records
 from app.domain.types import LeaseOutcome
 
 JOB_FIELDS: tuple[str, ...] = tuple(Job.model_fields)
+# Reads every field in one C call: a 50-job claim renders 50 rows.
+_JOB_VALUES = operator.attrgetter(*JOB_FIELDS)
 _OPTIONS = orjson.OPT_UTC_Z
 
 
@@ -32,7 +35,7 @@ def _default(value: object) -> object:
 
 def job(row: records.Job) -> dict[str, Any]:
     """A jobs row as the ``Job`` model shows it."""
-    return {name: getattr(row, name) for name in JOB_FIELDS}
+    return dict(zip(JOB_FIELDS, _JOB_VALUES(row), strict=True))
 
 
 def claimed(row: records.Job) -> dict[str, Any]:

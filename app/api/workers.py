@@ -23,12 +23,14 @@ from app.http.lean import LeanRoute
 from app.settings import Settings
 
 
-def _items(leases: Sequence[wire.LeaseRef]) -> list[LeaseUpdate]:
-    """The leases of a call as the core's updates."""
-    return [_update(item) for item in leases]
+def _items(
+    leases: Sequence[wire.LeaseRef], worker_id: str, key_id: int | None
+) -> list[LeaseUpdate]:
+    """The leases of a call as the core's updates, each owned by the calling worker and key."""
+    return [_update(item, worker_id, key_id) for item in leases]
 
 
-def _update(item: wire.LeaseRef) -> LeaseUpdate:
+def _update(item: wire.LeaseRef, worker_id: str, key_id: int | None) -> LeaseUpdate:
     """One lease item as the core's update: a field the request left out is ``NOT_GIVEN`` (an
     absent checkpoint keeps the stored one), a JSON null is ``None`` (it clears it)."""
     given = item.model_fields_set
@@ -37,21 +39,24 @@ def _update(item: wire.LeaseRef) -> LeaseUpdate:
         return getattr(item, name) if name in given else NOT_GIVEN
 
     job_id, lease_id = item.job_id, str(item.lease_id)
+    owner: dict[str, Any] = {"worker_id": worker_id, "key_id": key_id}
     if isinstance(item, wire.HeartbeatItem):
         return LeaseUpdate(
             job_id=job_id,
             lease_id=lease_id,
+            **owner,
             lease_seconds=item.lease_seconds,
             checkpoint=sent("checkpoint"),
             progress=sent("progress"),
         )
     if isinstance(item, wire.CompleteItem):
-        return LeaseUpdate(job_id=job_id, lease_id=lease_id, result=item.result)
+        return LeaseUpdate(job_id=job_id, lease_id=lease_id, result=item.result, **owner)
     if isinstance(item, wire.FailItem):
         error = item.error
         return LeaseUpdate(
             job_id=job_id,
             lease_id=lease_id,
+            **owner,
             error=error.message if not isinstance(error, str) else error,
             error_type=error.type if not isinstance(error, str) else None,
             traceback=error.traceback if not isinstance(error, str) else None,
@@ -63,6 +68,7 @@ def _update(item: wire.LeaseRef) -> LeaseUpdate:
         return LeaseUpdate(
             job_id=job_id,
             lease_id=lease_id,
+            **owner,
             delay_seconds=item.delay_seconds,
             checkpoint=sent("checkpoint"),
         )
@@ -177,7 +183,7 @@ def build_router(settings: Settings) -> APIRouter:
         """Extends leases, saving checkpoint and progress under the ownership check."""
         return lease_results_response(
             await services.jobs.heartbeat(
-                worker_id=body.worker_id, key_id=worker.key_id, items=_items(body.leases)
+                worker_id=body.worker_id, key_id=worker.key_id, items=_items(body.leases, body.worker_id, worker.key_id)
             )
         )
 
@@ -186,7 +192,7 @@ def build_router(settings: Settings) -> APIRouter:
         """Completes held jobs; a repeated complete with the same lease answers the same success."""
         return lease_results_response(
             await services.jobs.complete(
-                worker_id=body.worker_id, key_id=worker.key_id, items=_items(body.leases)
+                worker_id=body.worker_id, key_id=worker.key_id, items=_items(body.leases, body.worker_id, worker.key_id)
             )
         )
 
@@ -195,7 +201,7 @@ def build_router(settings: Settings) -> APIRouter:
         """Fails attempts: retried after backoff (or ``retry_after_seconds``), or dead."""
         return lease_results_response(
             await services.jobs.fail(
-                worker_id=body.worker_id, key_id=worker.key_id, items=_items(body.leases)
+                worker_id=body.worker_id, key_id=worker.key_id, items=_items(body.leases, body.worker_id, worker.key_id)
             )
         )
 
@@ -204,7 +210,7 @@ def build_router(settings: Settings) -> APIRouter:
         """Gives held jobs back to pending without charging the attempt, keeping the checkpoint."""
         return lease_results_response(
             await services.jobs.release(
-                worker_id=body.worker_id, key_id=worker.key_id, items=_items(body.leases)
+                worker_id=body.worker_id, key_id=worker.key_id, items=_items(body.leases, body.worker_id, worker.key_id)
             )
         )
 

@@ -283,14 +283,19 @@ def timeline(events: Iterable[Any]) -> list[TimelineEvent]:
 
 @dataclass(frozen=True)
 class Bar:
-    """One minute of the throughput chart: a succeeded column with the failed stacked on it."""
+    """One minute of the throughput chart: three columns side by side, each from the baseline:
+    jobs that succeeded, failed attempts (retried later) and jobs that went dead. Not stacked:
+    a stack of failures on successes reads as a failure rate, which these counts are not (one
+    job may fail several attempts in a minute, then succeed)."""
 
     x: float
-    width: float
+    width: float  # of one column
     ok_y: float
     ok_height: float
     failed_y: float
     failed_height: float
+    dead_y: float
+    dead_height: float
     label: str
 
 
@@ -307,7 +312,8 @@ class Chart:
     bars: list[Bar]
     y_max: int
     succeeded: int
-    failed: int
+    failed: int  # failed attempts (retried later)
+    dead: int
     minutes: int
 
     @property
@@ -335,7 +341,8 @@ def throughput_chart(
     visible: Callable[[str], bool],
     minutes: int = 60,
 ) -> Chart:
-    """Per-minute succeeded and failed jobs of the visible queues over the last ``minutes``."""
+    """Per-minute succeeded jobs, failed attempts and dead jobs of the visible queues over the
+    last ``minutes``."""
     width, height, left, top, bottom, right = 720, 180, 44, 10, 22, 6
     plot_width, plot_height = width - left - right, height - top - bottom
     kept = [r for r in rows if visible(r["queue"])]
@@ -344,31 +351,34 @@ def throughput_chart(
         end = max(end, *(r["minute"].astimezone(UTC) for r in kept))
     ok = [0] * minutes
     failed = [0] * minutes
+    dead = [0] * minutes
     for row in kept:
         slot = minutes - 1 - int((end - row["minute"].astimezone(UTC)).total_seconds() // 60)
         if not 0 <= slot < minutes:
             continue
-        if row["outcome"] == "succeeded":
-            ok[slot] += int(row["jobs"])
-        elif row["outcome"] in FAILED_OUTCOMES:
-            failed[slot] += int(row["jobs"])
-    y_max = _nice_ceiling(max((a + b for a, b in zip(ok, failed, strict=True)), default=0))
+        series = {"succeeded": ok, "failed": failed, "dead": dead}.get(row["outcome"])
+        if series is not None:
+            series[slot] += int(row["jobs"])
+    y_max = _nice_ceiling(max((*ok, *failed, *dead), default=0))
     slot_width = plot_width / minutes
+    column = slot_width * 0.28
+    base = top + plot_height
     bars: list[Bar] = []
     for i in range(minutes):
-        ok_height = plot_height * ok[i] / y_max
-        failed_height = plot_height * failed[i] / y_max
-        base = top + plot_height
+        heights = [plot_height * n / y_max for n in (ok[i], failed[i], dead[i])]
         minute = end - timedelta(minutes=minutes - 1 - i)
         bars.append(
             Bar(
-                x=round(left + i * slot_width + slot_width * 0.125, 2),
-                width=round(slot_width * 0.75, 2),
-                ok_y=round(base - ok_height, 2),
-                ok_height=round(ok_height, 2),
-                failed_y=round(base - ok_height - failed_height, 2),
-                failed_height=round(failed_height, 2),
-                label=f"{minute:%H:%M} UTC: {ok[i]} succeeded, {failed[i]} failed",
+                x=round(left + i * slot_width + slot_width * 0.08, 2),
+                width=round(column, 2),
+                ok_y=round(base - heights[0], 2),
+                ok_height=round(heights[0], 2),
+                failed_y=round(base - heights[1], 2),
+                failed_height=round(heights[1], 2),
+                dead_y=round(base - heights[2], 2),
+                dead_height=round(heights[2], 2),
+                label=f"{minute:%H:%M} UTC: {ok[i]} succeeded, {failed[i]} failed "
+                f"attempt{'s' if failed[i] != 1 else ''}, {dead[i]} dead",
             )
         )
     return Chart(
@@ -382,6 +392,7 @@ def throughput_chart(
         y_max=y_max,
         succeeded=sum(ok),
         failed=sum(failed),
+        dead=sum(dead),
         minutes=minutes,
     )
 

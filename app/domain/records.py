@@ -103,7 +103,7 @@ class Job(Record):
     awaited: bool
     schedule_name: str | None
     scheduled_for: datetime | None
-    progress_at: datetime | None = None  # a column newer than the previous release's statement
+    progress_at: datetime | None
 
     @property
     def retrying(self) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -112,7 +112,7 @@ class ClaimOutcome:
     flow_active: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: a frozen init costs ~3 us a job of a batch
 class NewJob:
     """One job to enqueue, with defaults already applied by the caller's policy (or left ``None``).
 
@@ -171,10 +171,22 @@ class JobDefaults:
 
     def apply(self, job: NewJob) -> NewJob:
         """The job with these defaults in the fields it left out."""
-        return replace(
-            job,
-            max_attempts=job.max_attempts or self.max_attempts,
-            lease_seconds=job.lease_seconds or self.lease_seconds,
+        if job.max_attempts and job.lease_seconds:
+            return job
+        # Written out, not dataclasses.replace: that costs ~7 us, paid per job of a batch.
+        return NewJob(
+            job.queue,
+            job.type,
+            job.payload,
+            job.priority,
+            job.run_at,
+            job.delay_seconds,
+            job.max_attempts or self.max_attempts,
+            job.lease_seconds or self.lease_seconds,
+            job.timeout_seconds,
+            job.idempotency_key,
+            job.fingerprint,
+            job.concurrency_key,
         )
 
 

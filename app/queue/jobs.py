@@ -446,7 +446,13 @@ class JobService:
         key_id: int | None,
         items: Sequence[LeaseUpdate],
     ) -> list[LeaseOutcome]:
-        owned = [replace(item, worker_id=worker_id, key_id=key_id) for item in items]
+        # The route builds its items with the caller's worker and key already; others are copied.
+        owned = [
+            item
+            if item.worker_id == worker_id and item.key_id == key_id
+            else replace(item, worker_id=worker_id, key_id=key_id)
+            for item in items
+        ]
         coalescer = self._leases.get(transition)
         if coalescer is None:
             return list(await self._lease_statement(transition, owned))

@@ -32,6 +32,7 @@ NEEDS: dict[tuple[str, str], str] = {
     ("POST", "/v1/jobs/{job_id}/retry"): Permission.OPERATE,
     ("POST", "/v1/jobs/{job_id}/run-now"): Permission.OPERATE,
     ("GET", "/v1/jobs/{job_id}/events"): Permission.READ_JOBS,
+    ("GET", "/v1/jobs/{job_id}/blockers"): Permission.READ_JOBS,
     ("GET", "/v1/failures"): Permission.OBSERVE,
     ("POST", "/v1/failures/{action}"): Permission.OPERATE,
     ("POST", "/v1/jobs/bulk/{action}"): Permission.OPERATE,

@@ -48,9 +48,10 @@ async def test_the_overview_counts_each_queue_and_charts_the_last_hour(
     assert re.fullmatch(r"\d+ s", cell(html, "emails", "oldest"))
     assert cell(html, "later", "oldest") == "—"
     assert '<svg id="throughput"' in html
-    # One success and two failures (a retried attempt and the final one) this minute.
-    assert "1 succeeded, 2 failed" in html
+    # One success, a failed attempt (retried) and a job gone dead this minute: side by side.
+    assert "1 succeeded, 1 failed attempt, 1 dead" in html
     assert html.count('class="ok"') == 1 and html.count('class="failed"') == 1
+    assert html.count('class="dead"') == 1
     fragment = await admin.get("/dashboard/fragments/overview", headers={"HX-Request": "true"})
     assert fragment.text.lstrip().startswith('<section id="overview-live"')
     assert "<html" not in fragment.text
@@ -343,9 +344,12 @@ async def test_the_workers_page_shows_who_holds_what(
     html = (await admin.get("/dashboard/workers")).text
     row = html.split('<tr data-worker-id="host-a:1"', 1)[1].split("</tr>", 1)[0]
     assert "<td>admin</td>" in row  # the key it claimed with
-    assert (
-        f'<a class="job-link" href="/dashboard/jobs/{seeded.running}">#{seeded.running}</a>' in row
+    assert re.search(
+        rf'<a class="job-link" href="/dashboard/jobs/{seeded.running}"[^>]*>#{seeded.running}</a>',
+        row,
     )
+    assert 'class="running-for"' in row  # how long the held job has been running
+    assert 'data-state="busy"' in html.split('<tr data-worker-id="host-a:1"', 1)[1][:40]
     assert 'class="countdown"' in row and "data-expires-at=" in row
     instance = re.findall(r"<td>([^<]*)</td>", row)[1]
     assert instance and instance != "—"  # the instance that granted the lease

@@ -96,6 +96,8 @@ async def test_the_previous_release_serves_the_whole_lifecycle_on_the_new_schema
     service = runtime.services
     async with clean_db.connect() as conn:
         now = await conn.scalar(text("SELECT now()"))
+    # The job page's lease holder lookup still runs the previous release's worker_list.
+    assert [w.job_ids for w in await service.ops.workers()] == [[running["id"]]]
     reaped = await service.upkeep.reap(batch_size=10, now=now + timedelta(seconds=60))
     assert [r.id for r in reaped] == [running["id"]]
     promoted = await service.upkeep.promote(batch_size=10, now=now + timedelta(hours=2))

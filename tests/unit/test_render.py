@@ -56,6 +56,7 @@ def _row(**overrides: Any) -> dict[str, Any]:
         "awaited": False,
         "schedule_name": None,
         "scheduled_for": None,
+        "progress_at": None,
     }
     row.update(overrides)
     return row

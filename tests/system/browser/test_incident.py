@@ -6,6 +6,7 @@ retrying job, and the pages at a phone's width. Each test works on queues of its
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any
 
@@ -18,6 +19,9 @@ from tests.system.browser.helpers import claim, enqueue, get_job, lease, lease_c
 pytestmark = pytest.mark.browser
 
 PHONE = {"width": 390, "height": 844}
+# The workers page refreshes every 2 s (the browser tests' server), sightings are written every
+# 5 s: room for both and a loaded machine.
+REFRESH_WITHIN_MS = 20_000
 DESKTOP = {"width": 1440, "height": 900}
 
 
@@ -160,3 +164,64 @@ async def test_the_pages_fit_the_screen_without_sideways_scrolling(
         await expect(page.locator("#sign-out")).to_be_in_viewport()
         slug = re.sub(r"\W+", "-", path.strip("/")) or "overview"
         await steps.shot(page, f"{viewport['width']}-{slug}")
+
+
+async def test_a_pending_job_held_by_its_key_says_so(
+    dashboard: Dashboard, page: Page, steps: Steps
+) -> None:
+    api, queue = dashboard.api, "i-keys"
+    r = await api.put("/v1/limits", json={"scope": "key", "pattern": "tenant:*", "max_running": 2})
+    assert r.status_code in (200, 201), r.text
+    jobs = [await enqueue(api, queue, concurrency_key="tenant:42", priority=1000) for _ in range(3)]
+    taken = await claim(api, queue, max_jobs=3)
+    assert len(taken) == 2
+    (waiting,) = [j for j in jobs if j["id"] not in {t["id"] for t in taken}]
+
+    await sign_in(page, dashboard.admin_key)
+    await page.goto(f"/dashboard/jobs/{waiting['id']}")
+    await expect(page.locator("#job-status")).to_have_text("pending")
+    blocker = page.locator('#job-blockers li[data-kind="key_limit"]')
+    await expect(blocker).to_have_text("key tenant:42 at 2/2")
+    await steps.shot(page, "blocked-by-key")
+    await page.locator("a#nav-limits").click()
+    row = page.locator('#limits tr[data-pattern="tenant:*"]')
+    await expect(row.locator('[data-col="running"]')).to_have_text("2")
+    await expect(row.locator('[data-col="held_back"]')).to_have_text("1")
+    await steps.shot(page, "limits")
+    await row.locator("button.limit-delete").click()
+    await expect(page.locator("#flash")).to_have_text("Deleted the key limit tenant:*")
+
+
+async def test_the_workers_page_shows_an_idle_long_polling_worker(
+    dashboard: Dashboard, page: Page, steps: Steps
+) -> None:
+    api = dashboard.api
+    # A long poll on an empty queue: the worker waits, idle, and is seen.
+    polling = asyncio.ensure_future(claim(api, "i-idle", worker="idle-poller", wait_seconds=15))
+    await sign_in(page, dashboard.admin_key)
+    await page.locator("a#nav-workers").click()
+    row = page.locator('tr[data-worker-id="idle-poller"]')
+    # The sightings are written every few seconds and the page refreshes itself.
+    await expect(row).to_have_attribute("data-state", "idle", timeout=REFRESH_WITHIN_MS)
+    await expect(row.locator("td.queues")).to_have_text("i-idle")
+    await steps.shot(page, "idle-worker")
+    await enqueue(api, "i-idle")
+    assert len(await polling) == 1
+
+
+async def test_a_schedule_is_paused_from_the_dashboard_with_its_queue_paused_warned(
+    dashboard: Dashboard, page: Page, steps: Steps
+) -> None:
+    api = dashboard.api
+    schedule = {"interval_seconds": 3600, "template": {"queue": "i-digests", "type": "digest"}}
+    assert (await api.put("/v1/schedules/i-digest", json=schedule)).status_code in (200, 201)
+    assert (await api.put("/v1/queues/i-digests", json={"paused": True})).status_code in (200, 201)
+    await sign_in(page, dashboard.admin_key)
+    await page.locator("a#nav-schedules").click()
+    row = page.locator('tr[data-schedule="i-digest"]')
+    await expect(row.locator(".queue-paused")).to_have_text("queue paused")
+    await row.locator("button.schedule-pause").click()
+    await expect(page.locator("#flash")).to_have_text("Paused schedule i-digest")
+    await expect(row.locator("button.schedule-resume")).to_be_visible()
+    await steps.shot(page, "schedule-paused")
+    assert (await api.get("/v1/schedules/i-digest")).json()["paused"] is True
