@@ -183,7 +183,9 @@ def build_router(settings: Settings) -> APIRouter:
         """Extends leases, saving checkpoint and progress under the ownership check."""
         return lease_results_response(
             await services.jobs.heartbeat(
-                worker_id=body.worker_id, key_id=worker.key_id, items=_items(body.leases, body.worker_id, worker.key_id)
+                worker_id=body.worker_id,
+                key_id=worker.key_id,
+                items=_items(body.leases, body.worker_id, worker.key_id),
             )
         )
 
@@ -192,7 +194,9 @@ def build_router(settings: Settings) -> APIRouter:
         """Completes held jobs; a repeated complete with the same lease answers the same success."""
         return lease_results_response(
             await services.jobs.complete(
-                worker_id=body.worker_id, key_id=worker.key_id, items=_items(body.leases, body.worker_id, worker.key_id)
+                worker_id=body.worker_id,
+                key_id=worker.key_id,
+                items=_items(body.leases, body.worker_id, worker.key_id),
             )
         )
 
@@ -201,7 +205,9 @@ def build_router(settings: Settings) -> APIRouter:
         """Fails attempts: retried after backoff (or ``retry_after_seconds``), or dead."""
         return lease_results_response(
             await services.jobs.fail(
-                worker_id=body.worker_id, key_id=worker.key_id, items=_items(body.leases, body.worker_id, worker.key_id)
+                worker_id=body.worker_id,
+                key_id=worker.key_id,
+                items=_items(body.leases, body.worker_id, worker.key_id),
             )
         )
 
@@ -210,7 +216,9 @@ def build_router(settings: Settings) -> APIRouter:
         """Gives held jobs back to pending without charging the attempt, keeping the checkpoint."""
         return lease_results_response(
             await services.jobs.release(
-                worker_id=body.worker_id, key_id=worker.key_id, items=_items(body.leases, body.worker_id, worker.key_id)
+                worker_id=body.worker_id,
+                key_id=worker.key_id,
+                items=_items(body.leases, body.worker_id, worker.key_id),
             )
         )
 
