@@ -27,7 +27,7 @@ NOT_GIVEN = NotGiven.NOT_GIVEN
 WORKER_LIVE_SECONDS = 60.0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # read-only by convention: per item of a 50-job call
 class LeaseUpdate:
     """One lease named in a heartbeat, complete, fail or release, and what the worker reports.
 
@@ -63,7 +63,7 @@ class LeaseTransition(enum.StrEnum):
     RELEASE = "release"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # read-only by convention: per item of a 50-job call
 class JobEvent:
     """A committed change of one job's state, for observers (metrics, logs) of the service.
 
@@ -85,7 +85,7 @@ class JobEvent:
     ran_seconds: float | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # read-only by convention: per item of a 50-job call
 class ClaimSlot:
     """One job a claim asks for: who gets its lease (the worker id within its API key), for how long."""
 
@@ -134,7 +134,7 @@ class NewJob:
     concurrency_key: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # read-only by convention: per item of a 50-job call
 class LeaseOutcome:
     """The verdict for one lease item of a heartbeat / complete / fail / release call."""
 
