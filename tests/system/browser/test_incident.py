@@ -154,6 +154,7 @@ async def test_the_pages_fit_the_screen_without_sideways_scrolling(
         f"/dashboard/jobs/{job['id']}",
         "/dashboard/failures",
         "/dashboard/workers",
+        "/dashboard/limits",
         "/dashboard/schedules",
         "/dashboard/audit",
     ):
