@@ -10,7 +10,7 @@ transaction.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from app.domain.bounds import valid_id
@@ -41,11 +41,13 @@ from app.domain.types import (
     JobEvent,
     JobSearch,
     ListFilter,
+    OpsOutcome,
 )
 from app.errors import InvalidInput, InvalidTransition, NotFound, QueueNotEmpty
 from app.queue.cursors import decode_cursor, encode_cursor
 from app.queue.events import Events
 from app.store import Stores
+from app.store.conn import Conn
 from app.store.unit import UnitOfWork
 
 # Who the audit trail names for an ops action called from inside the process with no actor.
@@ -130,19 +132,19 @@ class OpsService:
                 rows = await self.stores.jobs.worker_list(conn, queue_patterns=queue_patterns)
         return rows
 
-    async def blockers(self, job_id: int) -> tuple[Job, list[Blocker]]:
-        """The job, and what holds it back now if it is pending (nothing for other states)."""
+    async def blockers(self, job_id: int) -> tuple[JobBlockers, list[Blocker]]:
+        """What the blockers were read from (the job's id, status and queue among them), and
+        what holds the job back now if it is pending (nothing for other states)."""
         if not valid_id(job_id):
             raise NotFound(f"job {job_id} not found")
         async for attempt in self.unit.ops():
             async with attempt as conn:
-                job = await self.stores.jobs.job_get(conn, job_id=job_id)
                 row = await self.stores.jobs.job_blockers(
                     conn, job_id=job_id, live_seconds=WORKER_LIVE_SECONDS
                 )
-        if job is None or row is None:
+        if row is None:
             raise NotFound(f"job {job_id} not found")
-        return job, (_blockers(row) if row.status == JobStatus.PENDING else [])
+        return row, (_blockers(row) if row.status == JobStatus.PENDING else [])
 
     # -- bulk actions ------------------------------------------------------------------------
 
@@ -299,56 +301,55 @@ class OpsService:
         self, job_id: int, *, actor: str = INTERNAL_ACTOR, actor_key_id: int | None = None
     ) -> Job:
         """Puts a dead, cancelled or succeeded job back to pending with attempts reset."""
-        if not valid_id(job_id):
-            raise NotFound(f"job {job_id} not found")
-
-        async for attempt in self.unit.ops():
-            async with attempt as conn:
-                outcome = await self.stores.jobs.job_retry(
-                    conn, job_id=job_id, actor=actor, actor_key_id=actor_key_id
-                )
-        if outcome is None:
-            raise NotFound(f"job {job_id} not found")
-        if outcome.changed:
-            self.events.wake(outcome.job.queue, 1)
-            self.events.publish(
-                [
-                    JobEvent(
-                        "retried",
-                        job_id,
-                        outcome.job.queue,
-                        status=outcome.job.status,
-                        type=outcome.job.type,
-                    )
-                ]
-            )
-            return outcome.job
-        raise InvalidTransition(
-            f"job {job_id} is {outcome.job.status}; only {states_of(Operation.RETRY)} jobs can "
-            "be retried"
+        job = await self._to_pending(
+            job_id,
+            lambda conn: self.stores.jobs.job_retry(
+                conn, job_id=job_id, actor=actor, actor_key_id=actor_key_id
+            ),
+            Operation.RETRY,
+            "be retried",
         )
+        self.events.publish(
+            [JobEvent("retried", job_id, job.queue, status=job.status, type=job.type)]
+        )
+        return job
 
     async def run_now(
         self, job_id: int, *, actor: str = INTERNAL_ACTOR, actor_key_id: int | None = None
     ) -> Job:
         """Makes a scheduled job (delayed, or waiting out a retry's backoff) due now."""
+        return await self._to_pending(
+            job_id,
+            lambda conn: self.stores.jobs.job_run_now(
+                conn, job_id=job_id, actor=actor, actor_key_id=actor_key_id
+            ),
+            Operation.RUN_NOW,
+            "be run now",
+        )
+
+    async def _to_pending(
+        self,
+        job_id: int,
+        statement: Callable[[Conn], Awaitable[OpsOutcome | None]],
+        operation: Operation,
+        verb: str,
+    ) -> Job:
+        """Runs an ops statement that moves one job to pending (it audits itself), wakes the
+        job's queue; ``NotFound`` or ``InvalidTransition`` when it moved nothing."""
         if not valid_id(job_id):
             raise NotFound(f"job {job_id} not found")
 
         async for attempt in self.unit.ops():
             async with attempt as conn:
-                outcome = await self.stores.jobs.job_run_now(
-                    conn, job_id=job_id, actor=actor, actor_key_id=actor_key_id
-                )
+                outcome = await statement(conn)
         if outcome is None:
             raise NotFound(f"job {job_id} not found")
-        if outcome.changed:
-            self.events.wake(outcome.job.queue, 1)
-            return outcome.job
-        raise InvalidTransition(
-            f"job {job_id} is {outcome.job.status}; only {states_of(Operation.RUN_NOW)} jobs can "
-            "be run now"
-        )
+        if not outcome.changed:
+            raise InvalidTransition(
+                f"job {job_id} is {outcome.job.status}; only {states_of(operation)} jobs can {verb}"
+            )
+        self.events.wake(outcome.job.queue, 1)
+        return outcome.job
 
     async def set_paused(
         self,

@@ -39,18 +39,17 @@ class WorkerService:
     async def flush(self) -> int:
         """Writes the sightings noted since the last flush, and deletes long-unseen workers;
         answers how many sightings it wrote."""
-        sightings, self._sightings = self._sightings, {}
+        sightings = dict(self._sightings)
         if sightings:
             rows = [(w, k, q) for (w, k), q in sightings.items()]
-            try:
-                async for attempt in self.unit.ops():
-                    async with attempt as conn:
-                        await self.stores.workers.worker_seen(conn, sightings=rows)
-            except BaseException:
-                # Not lost: the next flush writes them (newer ones win).
-                for key, queues in sightings.items():
-                    self._sightings.setdefault(key, queues)
-                raise
+            async for attempt in self.unit.ops():
+                async with attempt as conn:
+                    await self.stores.workers.worker_seen(conn, sightings=rows)
+            # Forgotten only once written (a failed write leaves them for the next flush), and
+            # only those not seen again meanwhile.
+            for key, queues in sightings.items():
+                if self._sightings.get(key) == queues:
+                    del self._sightings[key]
         async for attempt in self.unit.ops():
             async with attempt as conn:
                 await self.stores.workers.worker_prune(
