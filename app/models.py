@@ -78,11 +78,14 @@ jobs = Table(
     Column("awaited", Boolean, nullable=False, server_default=text("false")),
     # The schedule and run instant of a job the scheduler enqueued (migration 0015), NULL for
     # every other job: only the scheduler's insert writes them, so no producer can take a run.
+    # A trigger's job (POST /v1/schedules/{name}/trigger) has schedule_name alone: not a run.
     Column("schedule_name", Text, nullable=True),
     Column("scheduled_for", DateTime(timezone=True), nullable=True),
     # When a heartbeat last moved the progress or the checkpoint (migration 0017): a running job
     # that has not moved for JOBQ_STUCK_AFTER_SECONDS is flagged as possibly stuck.
     Column("progress_at", DateTime(timezone=True), nullable=True),
+    # The W3C trace context of the enqueue (migration 0018), handed to the worker on claim.
+    Column("traceparent", Text, nullable=True),
     CheckConstraint(
         "status IN ('pending', 'scheduled', 'running', 'succeeded', 'dead', 'cancelled')",
         name="status",
@@ -363,6 +366,7 @@ AUDIT_ACTIONS = (
     "queue.create",
     "queue.delete",
     "job.run_now",
+    "schedule.trigger",
 )
 
 audit_log = Table(

@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 import httpx
 
+from jobq_client import tracing
 from jobq_client.errors import JobqError, WaitTimeout
 from jobq_client.retry import Backoff, describe, is_dropped, is_transient
 
@@ -123,12 +124,15 @@ class Client:
         if repeatable is None:
             repeatable = method in ("GET", "PUT")
         tries = 1 + (DROPPED_CONNECTION_RETRIES if repeatable else 0)
+        headers: dict[str, str] = {}
+        tracing.inject(headers)
         for attempt in range(1, tries + 1):
             try:
                 response = await self._http.request(
                     method,
                     path,
                     json=json,
+                    headers=headers or None,
                     params={k: v for k, v in (params or {}).items() if v is not None} or None,
                     timeout=(
                         request_timeout if request_timeout is not None else httpx.USE_CLIENT_DEFAULT
@@ -413,6 +417,16 @@ class Client:
             "POST", f"/v1/schedules/{quote(name, safe='')}/resume"
         )
         return schedule
+
+    async def trigger_schedule(self, name: str) -> dict[str, Any]:
+        """Enqueues one job from the schedule's template now (its next run stays); answers the job.
+
+        Not sent again on a dropped connection: a second trigger would be a second job.
+        """
+        job: dict[str, Any] = await self._call(
+            "POST", f"/v1/schedules/{quote(name, safe='')}/trigger"
+        )
+        return job
 
     # -- concurrency and rate limits (admin) ------------------------------------------------
 

@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from jobq_client import tracing
 from jobq_client.client import DEFAULT_BASE_URL, Client
 from jobq_client.context import JobContext
 from jobq_client.leases import HeldJob, LeaseKeeper
@@ -406,14 +407,20 @@ class Worker:
                 )
                 await leases.release(held, delay_seconds=self.unknown_type_delay_seconds)
                 return
-            task = asyncio.create_task(_call(handler, held.ctx), name=f"jobq-handler-{job_id}")
-            held.handler_task = task
-            try:
-                await asyncio.wait([task])
-            except asyncio.CancelledError:
-                task.cancel()
-                raise
-            await leases.settle(held, task)
+            # The handler's task starts inside the span, so its own spans are children of it,
+            # and the settling call carries it to the service.
+            with tracing.process_span(held.ctx.job):
+                task = asyncio.create_task(_call(handler, held.ctx), name=f"jobq-handler-{job_id}")
+                held.handler_task = task
+                try:
+                    await asyncio.wait([task])
+                except asyncio.CancelledError:
+                    task.cancel()
+                    raise
+                # A stop or a lost lease is a BaseException: not the handler failing.
+                if not task.cancelled() and isinstance(error := task.exception(), Exception):
+                    tracing.record_failure(error)
+                await leases.settle(held, task)
         except Exception:
             logger.exception("worker %s: settling job %s failed", self.worker_id, job_id)
         finally:

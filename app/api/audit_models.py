@@ -31,6 +31,7 @@ class AuditAction(enum.StrEnum):
     SCHEDULE_DELETE = "schedule.delete"
     SCHEDULE_PAUSE = "schedule.pause"
     SCHEDULE_RESUME = "schedule.resume"
+    SCHEDULE_TRIGGER = "schedule.trigger"
 
 
 class AuditEntry(BaseModel):
@@ -56,7 +57,8 @@ class AuditEntry(BaseModel):
     state_after: str | None
     detail: JsonValue = Field(
         description="For a key created: its role and queue scopes. For a bulk action: its "
-        "search, the jobs it changed and its batches."
+        "search, the jobs it changed and its batches. For a schedule triggered: the schedule "
+        "and the job enqueued."
     )
 
 

@@ -26,11 +26,13 @@ from app.api.schemas import (
     Job,
     JobBatch,
     JobPage,
+    TraceParent,
     new_job,
 )
 from app.auth.keys import Permission, Principal
 from app.domain.states import BulkAction, JobState
 from app.errors import PROBLEM, IdempotencyKeyReused, InvalidInput
+from app.http import tracing
 from app.http.disconnect import client_gone
 from app.http.lean import LeanRoute
 from app.queue.services import Services as ServiceSet
@@ -95,6 +97,7 @@ def build_router(settings: Settings) -> APIRouter:
                 "are sent).",
             ),
         ] = None,
+        traceparent: TraceParent = None,
     ) -> Response:
         """Enqueues one job (201); a replay of the same idempotent request answers the job with 200."""
         allow_queue(caller, body.queue, field="body.queue")
@@ -105,8 +108,20 @@ def build_router(settings: Settings) -> APIRouter:
                     errors=[{"field": "header.Idempotency-Key", "message": "differs from body"}],
                 )
             body = body.model_copy(update={"idempotency_key": idempotency_key})
-        with _reused_key_named(lambda _: "idempotency_key"):
-            [(row, created)] = await services.jobs.enqueue([new_job(body)])
+        with (
+            tracing.span(
+                "enqueue",
+                "PRODUCER",
+                traceparent=tracing.valid_traceparent(traceparent),
+                queues=(body.queue,),
+                operation_type="send",
+            ) as span,
+            _reused_key_named(lambda _: "idempotency_key"),
+        ):
+            [(row, created)] = await services.jobs.enqueue(
+                [new_job(body, traceparent=span.traceparent)]
+            )
+            span.messages((row.id,))
         return json_response(job(row), status_code=201 if created else 200)
 
     @router.post(
@@ -127,6 +142,7 @@ def build_router(settings: Settings) -> APIRouter:
             # Read only to refuse it; not offered in the contract.
             Header(alias="Idempotency-Key", include_in_schema=False),
         ] = None,
+        traceparent: TraceParent = None,
     ) -> Response:
         """Enqueues many jobs in one transaction, all or nothing; answers the jobs in order.
 
@@ -146,8 +162,20 @@ def build_router(settings: Settings) -> APIRouter:
                     }
                 ],
             )
-        with _reused_key_named(lambda i: f"body.jobs[{i}].idempotency_key"):
-            answered = await services.jobs.enqueue([new_job(j) for j in body.jobs])
+        with (
+            tracing.span(
+                "enqueue",
+                "PRODUCER",
+                traceparent=tracing.valid_traceparent(traceparent),
+                queues=[item.queue for item in body.jobs],
+                operation_type="send",
+            ) as span,
+            _reused_key_named(lambda i: f"body.jobs[{i}].idempotency_key"),
+        ):
+            answered = await services.jobs.enqueue(
+                [new_job(j, traceparent=span.traceparent) for j in body.jobs]
+            )
+            span.messages([row.id for row, _ in answered])
         any_created = any(created for _, created in answered)
         return jobs_response((row for row, _ in answered), status_code=201 if any_created else 200)
 

@@ -1,4 +1,4 @@
-"""Ops endpoints: queue counts, create / delete, pause / resume, who holds what, the audit trail, health and readiness."""
+"""Ops endpoints: queue counts and figures, create / delete, pause / resume, who holds what, the audit trail, health and readiness."""
 
 # No ``from __future__ import annotations`` here: the path type is built for the app's settings
 # inside build_router, which FastAPI must see as a type.
@@ -13,6 +13,7 @@ from fastapi import APIRouter, Query, Response, status
 from app.api.audit_models import AuditAction, AuditEntry, AuditPage
 from app.api.auth import allow_queue, requires
 from app.api.deps import Runtime, Services
+from app.api.queue_models import QUEUE_STATS_WINDOW_MAX, QueueWindowStats
 from app.api.schemas import (
     Health,
     MinuteOutcomes,
@@ -62,6 +63,37 @@ def build_router(settings: Settings) -> APIRouter:
                 if caller.covers(r.name)
             ]
         )
+
+    @router.get(
+        "/v1/queues/{name}/stats",
+        response_model=QueueWindowStats,
+        responses={403: PROBLEM, 404: PROBLEM, 422: PROBLEM},
+    )
+    async def queue_window_stats(
+        caller: Observer,
+        name: Queue,
+        services: Services,
+        window_seconds: Annotated[
+            float,
+            Query(
+                gt=0,
+                le=QUEUE_STATS_WINDOW_MAX,
+                allow_inf_nan=False,
+                description="The window: jobs finished in the last this many seconds.",
+            ),
+        ] = 3600,
+    ) -> QueueWindowStats:
+        """The queue's jobs that finished in the window: how many succeeded, went dead or were
+        cancelled, dead ÷ finished, failed attempts ÷ attempts, and the p50 / p95 / p99 seconds
+        of each job's last attempt's wait (due to claim) and run (claim to complete or fail).
+
+        The dashboard's queue page shows the same figures. Computed by PostgreSQL
+        (percentile_cont) from the queue's newest finished jobs, a bounded read whatever the
+        history (``truncated`` says when the window may hold more); 404 for an unknown queue.
+        """
+        allow_queue(caller, name, field="path.name")
+        [row] = await services.history.queue_window_stats(name, windows=[window_seconds])
+        return QueueWindowStats.of(row)
 
     @router.put(
         "/v1/queues/{name}",

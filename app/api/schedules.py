@@ -1,4 +1,4 @@
-"""Periodic jobs: create or replace, list, read, delete, pause and resume schedules.
+"""Periodic jobs: create or replace, list, read, delete, pause, resume and trigger schedules.
 
 Admin keys change schedules; viewers (and admins) read them. A key scoped to some queues sees
 and changes only the schedules whose jobs go to those queues. Every change is recorded in the
@@ -15,6 +15,7 @@ from fastapi import APIRouter, Path, Query, Response, status
 from app.api import schedule_models as wire
 from app.api.auth import allow_queue, requires
 from app.api.deps import Services
+from app.api.render import job, json_response
 from app.api.schedule_models import (
     SCHEDULE_NAME_DOC,
     Schedule,
@@ -23,6 +24,7 @@ from app.api.schedule_models import (
     schedule_models,
     schedule_view,
 )
+from app.api.schemas import Job
 from app.auth.keys import Permission, Principal
 from app.domain.cron import SCHEDULE_NAME_PATTERN
 from app.errors import PROBLEM
@@ -147,5 +149,27 @@ def build_router(settings: Settings) -> APIRouter:
             allowed=caller.covers if caller.scoped else None,
         )
         return schedule_view(row)
+
+    @router.post(
+        "/{name}/trigger",
+        status_code=status.HTTP_201_CREATED,
+        response_model=Job,
+        responses={403: PROBLEM, 404: PROBLEM, 422: PROBLEM},
+    )
+    async def trigger_schedule(caller: Operator, name: Name, services: Services) -> Response:
+        """Enqueues one job from the schedule's template now, outside its timing, and answers it.
+
+        The schedule does not move: its next run and last run stay (the trigger is one job
+        more). A paused schedule can be triggered too, and the job is created even when its
+        queue is paused (it waits there). The job names the schedule in its history; it is not
+        a run, so it never stands in for one. Recorded in the audit trail (schedule.trigger).
+        """
+        row = await services.schedule_trigger.trigger(
+            name,
+            actor=caller.name,
+            actor_key_id=caller.key_id,
+            queue_patterns=caller.like_patterns(),
+        )
+        return json_response(job(row), status_code=status.HTTP_201_CREATED)
 
     return router

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
+from fastapi import Header
 from pydantic import (
     AfterValidator,
     AwareDatetime,
@@ -186,8 +187,8 @@ def request_fingerprint(request: EnqueueRequest) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-def new_job(request: EnqueueRequest) -> NewJob:
-    """The queue core's view of an enqueue request."""
+def new_job(request: EnqueueRequest, *, traceparent: str | None = None) -> NewJob:
+    """The queue core's view of an enqueue request (and the trace context its jobs keep)."""
     return NewJob(
         queue=request.queue,
         type=request.type,
@@ -201,6 +202,7 @@ def new_job(request: EnqueueRequest) -> NewJob:
         concurrency_key=request.concurrency_key,
         idempotency_key=request.idempotency_key,
         fingerprint=request_fingerprint(request) if request.idempotency_key else None,
+        traceparent=traceparent,
     )
 
 
@@ -246,6 +248,21 @@ class Job(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     updated_at: datetime
+    traceparent: str | None = Field(
+        description="The W3C trace context the job was enqueued in (its enqueue span's when "
+        "the service traces): a worker continues the trace from it."
+    )
+
+
+TraceParent = Annotated[
+    str | None,
+    Header(
+        alias="traceparent",
+        description="W3C trace context (00-<trace id>-<span id>-<flags>): kept with the jobs "
+        "(enqueue) or the parent of the service's span (claim, lease calls). An invalid value "
+        "is ignored, as the W3C recommendation asks.",
+    ),
+]
 
 
 class JobBatch(BaseModel):

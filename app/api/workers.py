@@ -4,7 +4,7 @@
 # built for the app's settings inside build_router, which FastAPI must see as classes.
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Request, Response
@@ -14,10 +14,11 @@ from app.api import schemas as wire
 from app.api.auth import allow_queues, requires
 from app.api.deps import Services
 from app.api.render import claimed, json_response, lease_results_response
-from app.api.schemas import ClaimResponse, LeaseResults, json_size_at_most
+from app.api.schemas import ClaimResponse, LeaseResults, TraceParent, json_size_at_most
 from app.auth.keys import Permission, Principal
 from app.domain.types import NOT_GIVEN, LeaseUpdate
 from app.errors import PROBLEM
+from app.http import tracing
 from app.http.disconnect import client_gone
 from app.http.lean import LeanRoute
 from app.settings import Settings
@@ -76,6 +77,21 @@ def _update(item: wire.LeaseRef, worker_id: str, key_id: int | None) -> LeaseUpd
 
 
 Worker = Annotated[Principal, requires(Permission.WORK)]
+
+
+@contextlib.contextmanager
+def _lease_span(
+    operation: str, traceparent: str | None, leases: Sequence[wire.LeaseRef]
+) -> Iterator[tracing.Span]:
+    """The span of a lease call: a child of the worker's (its handler's) span when it sends one."""
+    with tracing.span(
+        operation,
+        "CLIENT",
+        traceparent=tracing.valid_traceparent(traceparent),
+        operation_type=None if operation == "heartbeat" else "settle",
+    ) as span:
+        span.messages([item.job_id for item in leases])
+        yield span
 
 
 def build_router(settings: Settings) -> APIRouter:
@@ -150,7 +166,11 @@ def build_router(settings: Settings) -> APIRouter:
 
     @router.post("/claim", response_model=ClaimResponse, responses={422: PROBLEM})
     async def claim(
-        worker: Worker, body: ClaimRequest, services: Services, request: Request
+        worker: Worker,
+        body: ClaimRequest,
+        services: Services,
+        request: Request,
+        traceparent: TraceParent = None,
     ) -> Response:
         """Leases up to ``max_jobs`` due jobs; each comes with ``lease_id``, ``attempt`` and ``checkpoint``.
 
@@ -163,6 +183,15 @@ def build_router(settings: Settings) -> APIRouter:
         # Seen, live, long-polling or not (written every few seconds, not by this request).
         services.workers.seen(body.worker_id, worker.key_id, body.queues)
         async with contextlib.AsyncExitStack() as stack:
+            span = stack.enter_context(
+                tracing.span(
+                    "claim",
+                    "CLIENT",
+                    traceparent=tracing.valid_traceparent(traceparent),
+                    queues=body.queues,
+                    operation_type="receive",
+                )
+            )
             # Only a claim that may wait needs to notice the client leaving.
             gone = (
                 await stack.enter_async_context(client_gone(request)) if body.wait_seconds else None
@@ -176,50 +205,64 @@ def build_router(settings: Settings) -> APIRouter:
                 stop=gone,
                 key_id=worker.key_id,
             )
+            span.messages([r.id for r in rows])
+            span.link([r.traceparent for r in rows])
         return json_response({"jobs": [claimed(r) for r in rows]})
 
     @router.post("/heartbeat", response_model=LeaseResults, responses={422: PROBLEM})
-    async def heartbeat(worker: Worker, body: HeartbeatRequest, services: Services) -> Response:
+    async def heartbeat(
+        worker: Worker, body: HeartbeatRequest, services: Services, traceparent: TraceParent = None
+    ) -> Response:
         """Extends leases, saving checkpoint and progress under the ownership check."""
-        return lease_results_response(
-            await services.jobs.heartbeat(
+        with _lease_span("heartbeat", traceparent, body.leases) as span:
+            outcomes = await services.jobs.heartbeat(
                 worker_id=body.worker_id,
                 key_id=worker.key_id,
                 items=_items(body.leases, body.worker_id, worker.key_id),
             )
-        )
+            span.destination(o.queue for o in outcomes)
+        return lease_results_response(outcomes)
 
     @router.post("/complete", response_model=LeaseResults, responses={422: PROBLEM})
-    async def complete(worker: Worker, body: CompleteRequest, services: Services) -> Response:
+    async def complete(
+        worker: Worker, body: CompleteRequest, services: Services, traceparent: TraceParent = None
+    ) -> Response:
         """Completes held jobs; a repeated complete with the same lease answers the same success."""
-        return lease_results_response(
-            await services.jobs.complete(
+        with _lease_span("complete", traceparent, body.leases) as span:
+            outcomes = await services.jobs.complete(
                 worker_id=body.worker_id,
                 key_id=worker.key_id,
                 items=_items(body.leases, body.worker_id, worker.key_id),
             )
-        )
+            span.destination(o.queue for o in outcomes)
+        return lease_results_response(outcomes)
 
     @router.post("/fail", response_model=LeaseResults, responses={422: PROBLEM})
-    async def fail(worker: Worker, body: FailRequest, services: Services) -> Response:
+    async def fail(
+        worker: Worker, body: FailRequest, services: Services, traceparent: TraceParent = None
+    ) -> Response:
         """Fails attempts: retried after backoff (or ``retry_after_seconds``), or dead."""
-        return lease_results_response(
-            await services.jobs.fail(
+        with _lease_span("fail", traceparent, body.leases) as span:
+            outcomes = await services.jobs.fail(
                 worker_id=body.worker_id,
                 key_id=worker.key_id,
                 items=_items(body.leases, body.worker_id, worker.key_id),
             )
-        )
+            span.destination(o.queue for o in outcomes)
+        return lease_results_response(outcomes)
 
     @router.post("/release", response_model=LeaseResults, responses={422: PROBLEM})
-    async def release(worker: Worker, body: ReleaseRequest, services: Services) -> Response:
+    async def release(
+        worker: Worker, body: ReleaseRequest, services: Services, traceparent: TraceParent = None
+    ) -> Response:
         """Gives held jobs back to pending without charging the attempt, keeping the checkpoint."""
-        return lease_results_response(
-            await services.jobs.release(
+        with _lease_span("release", traceparent, body.leases) as span:
+            outcomes = await services.jobs.release(
                 worker_id=body.worker_id,
                 key_id=worker.key_id,
                 items=_items(body.leases, body.worker_id, worker.key_id),
             )
-        )
+            span.destination(o.queue for o in outcomes)
+        return lease_results_response(outcomes)
 
     return router

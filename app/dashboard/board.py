@@ -149,6 +149,8 @@ class Board:
         )
         self.env.filters.update(
             age=views.human_seconds,
+            dur=views.duration,
+            share=views.share,
             iso=views.iso,
             utc=views.utc,
             pretty=views.pretty_json,

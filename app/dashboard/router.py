@@ -45,7 +45,8 @@ from app.settings import Settings
 
 __all__ = ["CONTENT_SECURITY_POLICY", "PAGES", "DashboardRoute", "build_router"]
 
-# In route order: the jobs page's /jobs/bulk comes before the job page's /jobs/{job_id}.
+# In route order: the jobs page's /jobs/bulk and /jobs/picked come before the job page's
+# /jobs/{job_id}.
 PAGES: tuple[tuple[Route, ...], ...] = (
     overview.ROUTES,
     queues.ROUTES,

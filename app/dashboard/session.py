@@ -188,11 +188,17 @@ class Flash:
 
     kind: str  # "ok" or "error"
     text: str
+    # A job the message is about, linked after it ("...: job 123"); an id, never a URL, so a
+    # forged cookie can at most link to another job page of this dashboard.
+    job_id: int | None = None
 
 
 def set_flash(response: Response, request: Request, flash: Flash) -> None:
     """Leaves a message for the next page this browser opens."""
-    raw = json.dumps({"k": flash.kind, "t": flash.text[:_FLASH_MAX_CHARS]}).encode("utf-8")
+    data: dict[str, object] = {"k": flash.kind, "t": flash.text[:_FLASH_MAX_CHARS]}
+    if flash.job_id is not None:
+        data["j"] = flash.job_id
+    raw = json.dumps(data).encode("utf-8")
     value = base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
     set_cookie(response, request, FLASH_COOKIE, value, max_age=FLASH_SECONDS)
 
@@ -209,4 +215,7 @@ def take_flash(request: Request) -> Flash | None:
         return None
     if kind not in {"ok", "error"} or not isinstance(text, str):
         return None
-    return Flash(kind=kind, text=text[:_FLASH_MAX_CHARS])
+    job_id = data.get("j")
+    if type(job_id) is not int or job_id <= 0:  # bool is an int subclass: not an id
+        job_id = None
+    return Flash(kind=kind, text=text[:_FLASH_MAX_CHARS], job_id=job_id)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -32,6 +33,31 @@ def human_seconds(seconds: float | None) -> str:
         return f"{hours} h {minutes} min" if minutes else f"{hours} h"
     days, hours = divmod(hours, 24)
     return f"{days} d {hours} h" if hours else f"{days} d"
+
+
+def duration(seconds: float | None) -> str:
+    """A measured duration to three figures: ``12.5 ms``, ``4.2 s``, then as
+    :func:`human_seconds` from a minute on; ``—`` for none."""
+    if seconds is None or not math.isfinite(seconds):
+        return "—"
+    if seconds < 1:
+        return f"{max(seconds, 0) * 1000:.3g} ms"
+    if seconds < 60:
+        return f"{seconds:.3g} s"
+    return human_seconds(seconds)
+
+
+def share(part: int, whole: int) -> str:
+    """``part`` of ``whole`` as a percentage to one decimal (``2.5 %``), or ``—`` of nothing."""
+    if whole <= 0:
+        return "—"
+    return f"{100 * part / whole:.1f} %"
+
+
+def glob_matches(pattern: str, name: str) -> bool:
+    """Whether a limit's pattern matches a name: ``*`` is any run of characters, all else itself
+    (as ``like_pattern`` in app/queue/flow_limits.py has PostgreSQL match it)."""
+    return re.fullmatch(".*".join(re.escape(part) for part in pattern.split("*")), name) is not None
 
 
 def iso(moment: datetime | None) -> str:
@@ -237,8 +263,10 @@ def timeline(events: Iterable[Any]) -> list[TimelineEvent]:
         kind, what, traceback = "created", e.kind, None
         if e.kind == "enqueued":
             schedule = data.get("schedule")
+            # A run has its instant (scheduled_for); a trigger's job names the schedule only.
+            by = "schedule" if data.get("scheduled_for") else "a trigger of schedule"
             what = f"enqueued in {data.get('queue', '?')}" + (
-                f" by schedule {schedule}" if schedule else ""
+                f" by {by} {schedule}" if schedule else ""
             )
         elif e.kind == "promoted":
             kind, what = "scheduled", "came due: moved to pending"

@@ -104,6 +104,7 @@ class Job(Record):
     schedule_name: str | None
     scheduled_for: datetime | None
     progress_at: datetime | None
+    traceparent: str | None = None  # migration 0018: absent from the previous release's rows
 
     @property
     def retrying(self) -> bool:
@@ -170,6 +171,51 @@ class QueueThroughput(Record):
     minute: datetime
     outcome: str
     jobs: int
+
+
+@dataclass(slots=True)
+class QueueWindowStats(Record):
+    """One queue's finished jobs over one window (queue_window_stats): outcomes, attempts, and
+    the p50 / p95 / p99 seconds of the last attempt's wait (due -> claim) and run (claim -> end).
+
+    Read from the queue's newest finished jobs (``scanned`` rows); ``truncated``: the window may
+    hold more than were read. A percentile is ``None`` when no job of the window has the figure.
+    """
+
+    queue: str
+    known: bool  # the queue exists (a row of its own, or jobs)
+    window_seconds: float
+    since: datetime
+    succeeded: int
+    dead: int
+    cancelled: int
+    attempts: int  # of the jobs that succeeded or went dead
+    failed_attempts: int
+    wait_jobs: int
+    wait_p50: float | None
+    wait_p95: float | None
+    wait_p99: float | None
+    run_jobs: int
+    run_p50: float | None
+    run_p95: float | None
+    run_p99: float | None
+    scanned: int
+    truncated: bool
+
+    @property
+    def finished(self) -> int:
+        """Jobs that finished in the window: succeeded, dead or cancelled."""
+        return self.succeeded + self.dead + self.cancelled
+
+    @property
+    def dead_rate(self) -> float | None:
+        """Dead jobs divided by finished jobs (``None`` when none finished)."""
+        return self.dead / self.finished if self.finished else None
+
+    @property
+    def failed_attempt_rate(self) -> float | None:
+        """Failed attempts divided by attempts, of the jobs that succeeded or went dead."""
+        return self.failed_attempts / self.attempts if self.attempts else None
 
 
 @dataclass(slots=True)
@@ -271,6 +317,15 @@ class ScheduleWritten(Schedule):
     """schedule_upsert's answer: the schedule written and whether it was new."""
 
     created: bool
+
+
+@dataclass(slots=True)
+class ScheduleTriggered:
+    """schedule_trigger's answer: the schedule's queue, and the job enqueued from its template
+    (``None`` when the queue was outside the caller's scopes and nothing was enqueued)."""
+
+    queue: str
+    job: Job | None
 
 
 @dataclass(slots=True)

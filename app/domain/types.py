@@ -132,6 +132,7 @@ class NewJob:
     idempotency_key: str | None = None
     fingerprint: str | None = None
     concurrency_key: str | None = None
+    traceparent: str | None = None  # W3C trace context, handed to the worker with the claim
 
 
 @dataclass(slots=True)  # read-only by convention: per item of a 50-job call
@@ -187,6 +188,7 @@ class JobDefaults:
             job.idempotency_key,
             job.fingerprint,
             job.concurrency_key,
+            job.traceparent,
         )
 
 

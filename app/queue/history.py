@@ -1,9 +1,12 @@
-"""A job's history and failures grouped by cause, as operators read them during an incident.
+"""A job's history, failures grouped by cause and a queue's recent figures, as operators read
+them during an incident.
 
 The history is written by the transitions themselves (``sql/jobs.sql``, in the transition's own
 statement); this service reads it. Failures are grouped from the recorded failed, expired and
 timed-out attempts of a recent window, by queue, job type, error type and the message with its
-numbers, ids and quoted values masked (``jobq_mask_message``, migration 0017).
+numbers, ids and quoted values masked (``jobq_mask_message``, migration 0017). A queue's figures
+over a window (failure rates, wait and run percentiles) come from its newest finished jobs' own
+columns (``queue_window_stats``).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from app.domain.bounds import valid_id
-from app.domain.records import FailureGroup, JobHistoryEntry
+from app.domain.records import FailureGroup, JobHistoryEntry, QueueWindowStats
 from app.errors import NotFound
 from app.queue.cursors import decode_event_cursor, encode_event_cursor
 from app.store import Stores
@@ -23,6 +26,10 @@ from app.store.unit import UnitOfWork
 # whatever the failure rate; the answer says when the window held more.
 FAILURES_SCANNED_MAX = 20_000
 FAILURE_SAMPLES = 5
+# How many of a queue's newest finished jobs of each state its window figures read at most:
+# bounded work (a few thousand buffers) however long the history; the answer says when a
+# window may hold more.
+QUEUE_STATS_SCANNED_MAX = 2_000
 
 
 @dataclass(frozen=True)
@@ -46,7 +53,7 @@ class Failures:
 
 
 class HistoryService:
-    """Reads jobs' histories and groups their failures."""
+    """Reads jobs' histories, groups their failures and sums up a queue's recent jobs."""
 
     def __init__(self, *, unit: UnitOfWork, stores: Stores) -> None:
         self.unit = unit
@@ -125,3 +132,19 @@ class HistoryService:
                     limit=limit,
                 )
         return ids
+
+    async def queue_window_stats(
+        self, queue: str, *, windows: Sequence[float]
+    ) -> list[QueueWindowStats]:
+        """The queue's finished jobs over each window (seconds back from now), in order:
+        outcomes, attempts, and wait and run percentiles; ``NotFound`` for an unknown queue."""
+        if not windows:
+            return []
+        async for attempt in self.unit.ops():
+            async with attempt as conn:
+                rows = await self.stores.queues.queue_window_stats(
+                    conn, queue=queue, windows=windows, scan=QUEUE_STATS_SCANNED_MAX
+                )
+        if not rows[0].known:
+            raise NotFound(f"queue {queue} not found")
+        return rows

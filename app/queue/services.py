@@ -16,6 +16,7 @@ from app.queue.history import HistoryService
 from app.queue.jobs import CoalescingPolicy, JobService
 from app.queue.ops import OpsService
 from app.queue.results import ResultHub, ResultService
+from app.queue.schedule_trigger import ScheduleTriggerService
 from app.queue.schedules import ScheduleService
 from app.queue.upkeep import UpkeepService
 from app.queue.waiters import WaiterHub
@@ -36,6 +37,7 @@ class Services:
     history: HistoryService
     limits: LimitsService
     schedules: ScheduleService
+    schedule_trigger: ScheduleTriggerService
     upkeep: UpkeepService
     workers: WorkerService
 
@@ -74,6 +76,9 @@ def build_services(
         history=HistoryService(unit=unit, stores=stores),
         limits=LimitsService(unit=unit, stores=stores, events=events),
         schedules=ScheduleService(unit=unit, stores=stores, events=events, defaults=defaults),
+        schedule_trigger=ScheduleTriggerService(
+            unit=unit, stores=stores, events=events, defaults=defaults
+        ),
         upkeep=UpkeepService(unit=unit, stores=stores, events=events),
         workers=WorkerService(unit=unit, stores=stores),
     )

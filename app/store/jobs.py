@@ -59,6 +59,7 @@ def enqueue_params(job: NewJob) -> dict[str, Any]:
         "delay_seconds": job.delay_seconds,
         "idempotency_key": job.idempotency_key,
         "concurrency_key": job.concurrency_key,
+        "traceparent": job.traceparent,
         "idempotency_hash": job.fingerprint if job.idempotency_key is not None else None,
     }
 

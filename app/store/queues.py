@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
-from app.domain.records import QueueDeleted, QueuePut, QueueStats, QueueSwitch, QueueThroughput
+from app.domain.records import (
+    QueueDeleted,
+    QueuePut,
+    QueueStats,
+    QueueSwitch,
+    QueueThroughput,
+    QueueWindowStats,
+)
 from app.store.conn import Conn
 
 
 class QueueStore:
-    """Runs the queues' statements: their switch, counters and per-minute outcomes."""
+    """Runs the queues' statements: their switch, counters, per-minute outcomes and the
+    figures of a window's finished jobs."""
 
     async def queue_set_paused(
         self,
@@ -60,6 +69,23 @@ class QueueStore:
         """Outcomes per queue and minute over the last ``minutes`` minutes (current one included)."""
         rows = await conn.fetch("queue_throughput", {"minutes": minutes})
         return [QueueThroughput.from_row(row) for row in rows]
+
+    async def queue_window_stats(
+        self,
+        conn: Conn,
+        *,
+        queue: str,
+        windows: Sequence[float],
+        scan: int,
+        now: datetime | None = None,
+    ) -> list[QueueWindowStats]:
+        """One queue's finished jobs over each window (seconds back from ``now``), in order:
+        outcomes, attempts, wait and run percentiles, from at most ``scan`` jobs of each state."""
+        rows = await conn.fetch(
+            "queue_window_stats",
+            {"queue": queue, "windows": [float(w) for w in windows], "scan": scan, "now": now},
+        )
+        return [QueueWindowStats.from_row(row) for row in rows]
 
     async def queue_throughput_prune(
         self,

@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from app.domain.records import Job, Schedule, ScheduleAt, ScheduleWritten
-from app.domain.types import ScheduleRun
+from app.domain.records import Job, Schedule, ScheduleAt, ScheduleTriggered, ScheduleWritten
+from app.domain.types import JobDefaults, ScheduleRun
 from app.store.conn import Conn, to_json
 from app.store.jobs import enqueue_params
 
@@ -48,6 +48,35 @@ class ScheduleStore:
         keys = [{"schedule_name": n, "scheduled_for": at} for n, at in runs]
         rows = await conn.fetch("schedule_run_jobs", {"keys": to_json(keys)})
         return {(row["schedule_name"], row["scheduled_for"]): Job.from_row(row) for row in rows}
+
+    async def schedule_trigger(
+        self,
+        conn: Conn,
+        *,
+        name: str,
+        defaults: JobDefaults,
+        actor: str,
+        actor_key_id: int | None,
+        queue_patterns: Sequence[str] | None = None,
+    ) -> ScheduleTriggered | None:
+        """Enqueues one job from a schedule's template now and audits it, if its queue matches
+        ``queue_patterns`` (LIKE); ``None`` when there is no such schedule."""
+        rows = await conn.fetch(
+            "schedule_trigger",
+            {
+                "name": name,
+                "max_attempts": defaults.max_attempts,
+                "lease_seconds": defaults.lease_seconds,
+                "actor": actor,
+                "actor_key_id": actor_key_id,
+                "queue_patterns": list(queue_patterns) if queue_patterns is not None else None,
+            },
+        )
+        if not rows:
+            return None
+        [row] = rows
+        job = Job.from_row(row) if row["id"] is not None else None
+        return ScheduleTriggered(queue=row["schedule_queue"], job=job)
 
     async def schedule_park(self, conn: Conn, *, items: Sequence[Mapping[str, Any]]) -> set[str]:
         """Records the error of schedules that could not be planned and parks them, where

@@ -42,6 +42,7 @@ NEEDS: dict[tuple[str, str], str] = {
     ("POST", "/v1/fail"): Permission.WORK,
     ("POST", "/v1/release"): Permission.WORK,
     ("GET", "/v1/queues"): Permission.OBSERVE,
+    ("GET", "/v1/queues/{name}/stats"): Permission.OBSERVE,
     ("PUT", "/v1/queues/{name}"): Permission.OPERATE,
     ("DELETE", "/v1/queues/{name}"): Permission.OPERATE,
     ("POST", "/v1/queues/{name}/pause"): Permission.OPERATE,
@@ -57,6 +58,7 @@ NEEDS: dict[tuple[str, str], str] = {
     ("DELETE", "/v1/schedules/{name}"): Permission.OPERATE,
     ("POST", "/v1/schedules/{name}/pause"): Permission.OPERATE,
     ("POST", "/v1/schedules/{name}/resume"): Permission.OPERATE,
+    ("POST", "/v1/schedules/{name}/trigger"): Permission.OPERATE,
     ("GET", "/metrics"): Permission.OBSERVE,  # not in the spec (Prometheus text)
     ("GET", "/healthz"): PUBLIC,
     ("GET", "/readyz"): PUBLIC,

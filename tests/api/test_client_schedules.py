@@ -25,6 +25,10 @@ async def test_schedules_round_trip(database_url: str, clean_db: AsyncEngine) ->
         assert [s["name"] for s in (await client.schedules())["schedules"]] == ["nightly-report"]
         assert (await client.pause_schedule("nightly-report"))["paused"] is True
         assert (await client.resume_schedule("nightly-report"))["paused"] is False
+        triggered = await client.trigger_schedule("nightly-report")
+        assert (triggered["queue"], triggered["type"]) == ("reports", "report")
+        assert triggered["payload"] == {"format": "pdf"} and triggered["status"] == "pending"
+        assert (await client.get_schedule("nightly-report"))["next_run_at"] == made["next_run_at"]
         assert (await client.delete_schedule("nightly-report"))["name"] == "nightly-report"
         with pytest.raises(JobqError) as missing:
             await client.get_schedule("nightly-report")

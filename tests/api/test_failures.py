@@ -23,7 +23,10 @@ async def fail_one(
     job = await enqueue(client, queue=queue, type=job_type, **fields)
     [held] = await claim(client, "w1", [queue])
     assert held["id"] == job["id"]
-    [result] = await lease_call(client, "fail", "w1", lease(held, error=error))
+    # A retry an hour away: a retrying job must not come back into a later claim of the test.
+    [result] = await lease_call(
+        client, "fail", "w1", lease(held, error=error, retry_after_seconds=3600)
+    )
     assert result["ok"], result
     return job
 

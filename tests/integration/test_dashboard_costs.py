@@ -39,10 +39,13 @@ _READS = (
     "job_count",
     "worker_list",
     "audit_list",
+    "queue_window_stats",
 )
 
 PAGES = {
     "overview": "/dashboard",
+    "a busy queue": "/dashboard/queues/busy0",
+    "a small queue under a long history": "/dashboard/queues/small",
     "jobs": "/dashboard/jobs",
     "jobs of a queue": "/dashboard/jobs?queue=busy1",
     "dead jobs": "/dashboard/jobs?state=dead",

@@ -57,6 +57,7 @@ def _row(**overrides: Any) -> dict[str, Any]:
         "schedule_name": None,
         "scheduled_for": None,
         "progress_at": None,
+        "traceparent": None,
     }
     row.update(overrides)
     return row

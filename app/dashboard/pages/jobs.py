@@ -3,11 +3,16 @@
 The filters follow the API's rules (``app/api/filters.py``: queue names, types, the payload
 filter, page positions) and become the same search through :func:`~app.api.filters.job_search`;
 only the wording differs: each problem is a sentence for the form, all of them at once.
+
+Bulk actions come two ways, each confirmed first: on every job of the filter (the confirmation
+counts them, and the result says how the count moved meanwhile), or on jobs picked one by one
+(``/jobs/picked``: the confirmation lists the picked jobs the action applies to, by their state
+then, and the action changes exactly those, each if it is still in that state).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -20,8 +25,15 @@ from app.dashboard import views
 from app.dashboard.base import PAGE_SIZE, PREFIX, STATES, input_problem, status_of
 from app.dashboard.board import READ, READ_OPERATE, Call, Route
 from app.dashboard.session import Flash
-from app.domain.bounds import instant_in_window
-from app.domain.states import BULK_STATES, BulkAction, JobState, JobStatus, bulk_states
+from app.domain.bounds import instant_in_window, valid_id
+from app.domain.states import (
+    BULK_STATES,
+    BulkAction,
+    JobState,
+    JobStatus,
+    bulk_states,
+    bulk_states_allowed,
+)
 from app.domain.types import JobSearch
 from app.errors import Forbidden, InvalidInput
 from app.settings import Settings
@@ -29,6 +41,8 @@ from app.settings import Settings
 # Actions the jobs page offers on a whole filter (the service also knows delete).
 BULK_OFFERED: tuple[BulkAction, ...] = (BulkAction.RETRY, BulkAction.CANCEL)
 _BULK_DONE = {BulkAction.RETRY: "Retried", BulkAction.CANCEL: "Cancelled"}
+# Jobs picked one by one, at most at once (a page lists PAGE_SIZE).
+PICKED_MAX = 1000
 
 
 @dataclass(frozen=True)
@@ -285,8 +299,118 @@ async def bulk_run(call: Call) -> Response:
         action, search, actor=principal.name, actor_key_id=principal.key_id
     )
     noun = "job" if outcome.changed == 1 else "jobs"
+    confirmed = call.form.get("confirmed", "")
+    moved = ""
+    if confirmed.isascii() and confirmed.isdigit() and int(confirmed) != outcome.changed:
+        # The filter's jobs, counted again as the action ran: some came or went meanwhile.
+        moved = f" ({int(confirmed)} when you confirmed: jobs entered or left the filter since)"
     return call.redirect(
-        filters.url(), Flash("ok", f"{_BULK_DONE[action]} {outcome.changed} {noun}")
+        filters.url(), Flash("ok", f"{_BULK_DONE[action]} {outcome.changed} {noun}{moved}")
+    )
+
+
+def _picked_ids(texts: Iterable[str]) -> list[int] | None:
+    """Job ids as sent (repeated fields, or comma-separated), each once and in order; ``None``
+    when one is not a job id."""
+    ids: dict[int, None] = {}
+    for text in texts:
+        for part in text.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            if not part.isascii() or not part.isdigit() or not valid_id(int(part)):
+                return None
+            ids.setdefault(int(part), None)
+    return list(ids)
+
+
+def _picked_request(call: Call, fields: Mapping[str, str]) -> tuple[BulkAction, JobFilters]:
+    """The action picked jobs are to get, and the jobs page to go back to."""
+    action_text = fields.get("action", "")
+    if action_text not in {a.value for a in BULK_OFFERED}:
+        raise call.refuse(400, "Choose retry or cancel.")
+    back, errors = parse_filters(fields, call.settings)
+    return BulkAction(action_text), (JobFilters() if errors else back)
+
+
+async def picked_confirm(call: Call) -> Response:
+    """The confirmation of an action on jobs picked one by one: those it applies to now, by
+    state, and those it leaves alone (another state, or gone)."""
+    params = call.request.query_params
+    action, back = _picked_request(call, params)
+    ids = _picked_ids(params.getlist("id"))
+    if ids is None:
+        raise call.refuse(400, "The picked jobs are malformed; pick them again.")
+    if not ids:
+        raise call.refuse(400, "Tick the jobs to act on first.")
+    if len(ids) > PICKED_MAX:
+        raise call.refuse(400, f"Pick at most {PICKED_MAX} jobs at once.")
+    search = job_search(call.caller.principal, prefix="", ids=ids)
+    rows, _ = await call.services.ops.search(search, limit=len(ids), after=None)
+    found = {r.id: r for r in rows}
+    applies = bulk_states_allowed(action)
+    changing = [found[i] for i in ids if i in found and found[i].status in applies]
+    groups = {
+        status.value: ",".join(str(r.id) for r in changing if r.status == status)
+        for status in JobStatus
+        if any(r.status == status for r in changing)
+    }
+    return call.render(
+        "bulk.html",
+        nav="jobs",
+        action=action.value,
+        picked=True,
+        back=back,
+        picked_count=len(ids),
+        changing=[{"id": r.id, "state": "retrying" if r.retrying else r.status} for r in changing],
+        left=[
+            {"id": i, "state": "retrying" if found[i].retrying else found[i].status}
+            for i in ids
+            if i in found and found[i].status not in applies
+        ],
+        missing=[i for i in ids if i not in found],
+        groups=groups,
+        touched=[s.value for s in JobStatus if s in applies],
+    )
+
+
+async def picked_run(call: Call) -> Response:
+    """Runs a confirmed action on exactly the confirmed jobs, each if it is still in the state it
+    was confirmed in; back to the jobs page with how many changed."""
+    action, back = _picked_request(call, call.form)
+    applies = bulk_states_allowed(action)
+    groups: dict[JobStatus, list[int]] = {}
+    seen: set[int] = set()
+    for status in JobStatus:
+        text = call.form.get(f"ids_{status.value}", "")
+        if not text:
+            continue
+        ids = _picked_ids([text])
+        if ids is None or status not in applies:
+            raise call.refuse(400, "The confirmed jobs are malformed; confirm again.")
+        groups[status] = [i for i in ids if i not in seen]
+        seen.update(ids)
+    if not seen:
+        raise call.refuse(400, "No jobs were confirmed.")
+    if len(seen) > PICKED_MAX:
+        raise call.refuse(400, f"Confirm at most {PICKED_MAX} jobs at once.")
+    principal = call.caller.principal
+    changed = 0
+    for status, ids in groups.items():
+        if not ids:
+            continue
+        outcome = await call.services.ops.bulk(
+            action,
+            job_search(principal, prefix="", status=status.value, ids=ids),
+            actor=principal.name,
+            actor_key_id=principal.key_id,
+        )
+        changed += outcome.changed
+    noun = "job" if changed == 1 else "jobs"
+    moved = len(seen) - changed
+    note = f" ({moved} had changed state meanwhile, left alone)" if moved else ""
+    return call.redirect(
+        back.url(after=back.after), Flash("ok", f"{_BULK_DONE[action]} {changed} {noun}{note}")
     )
 
 
@@ -295,4 +419,6 @@ ROUTES = (
     Route("GET", f"{PREFIX}/fragments/jobs", jobs, READ),
     Route("GET", f"{PREFIX}/jobs/bulk", bulk_confirm, READ_OPERATE),
     Route("POST", f"{PREFIX}/jobs/bulk", bulk_run, READ_OPERATE, action=True),
+    Route("GET", f"{PREFIX}/jobs/picked", picked_confirm, READ_OPERATE),
+    Route("POST", f"{PREFIX}/jobs/picked", picked_run, READ_OPERATE, action=True),
 )

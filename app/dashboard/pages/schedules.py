@@ -1,5 +1,5 @@
 """Schedules (``/dashboard/schedules``): periodic schedules in name order, with keyset paging;
-admins pause, resume and delete them (as the API does, within the key's scopes)."""
+admins pause, resume, delete and trigger them (as the API does, within the key's scopes)."""
 
 from __future__ import annotations
 
@@ -67,6 +67,25 @@ async def _act(call: Call, verb: str) -> Response:
     return call.redirect(f"{PREFIX}/schedules", Flash("ok", done))
 
 
+async def schedule_trigger(call: Call) -> Response:
+    """Enqueues one job from a schedule's template now (its next run stays); back to the list
+    with a link to the job."""
+    name = call.request.path_params.get("name", "")
+    principal = call.caller.principal
+    try:
+        job = await call.services.schedule_trigger.trigger(
+            name,
+            actor=principal.name,
+            actor_key_id=principal.key_id,
+            queue_patterns=principal.like_patterns(),
+        )
+    except (NotFound, Forbidden) as exc:
+        return call.redirect(f"{PREFIX}/schedules", Flash("error", exc.detail))
+    return call.redirect(
+        f"{PREFIX}/schedules", Flash("ok", f"Triggered schedule {name}", job_id=job.id)
+    )
+
+
 async def schedule_pause(call: Call) -> Response:
     """Pauses one schedule; back to the list with the outcome."""
     return await _act(call, "pause")
@@ -88,4 +107,5 @@ ROUTES = (
     Route("POST", f"{PREFIX}/schedules/{{name}}/pause", schedule_pause, OPERATE, action=True),
     Route("POST", f"{PREFIX}/schedules/{{name}}/resume", schedule_resume, OPERATE, action=True),
     Route("POST", f"{PREFIX}/schedules/{{name}}/delete", schedule_delete, OPERATE, action=True),
+    Route("POST", f"{PREFIX}/schedules/{{name}}/trigger", schedule_trigger, OPERATE, action=True),
 )

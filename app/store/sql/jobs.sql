@@ -23,7 +23,7 @@ WITH items AS MATERIALIZED (
 inserted AS (
     INSERT INTO jobs (id, queue, type, payload, priority, status, max_attempts, lease_seconds,
                       timeout_seconds, run_at, idempotency_key, idempotency_hash,
-                      concurrency_key)
+                      concurrency_key, traceparent)
     OVERRIDING SYSTEM VALUE
     SELECT new_id,
            item->>'queue',
@@ -37,7 +37,8 @@ inserted AS (
            run_at,
            item->>'idempotency_key',
            item->>'idempotency_hash',
-           item->>'concurrency_key'
+           item->>'concurrency_key',
+           item->>'traceparent'
     FROM items
     ORDER BY ord
     ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING

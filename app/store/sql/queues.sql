@@ -1,6 +1,7 @@
 -- Named statements for queues: their switch (the queues table, each change recorded in
--- audit_log), the trigger-kept counters and the per-minute outcomes. app/store/queues.py
--- (QueueStore) is the only caller.
+-- audit_log), the trigger-kept counters, the per-minute outcomes and the figures of a window's
+-- finished jobs (rates, wait and run percentiles). app/store/queues.py (QueueStore) is the only
+-- caller.
 
 -- name: queue_put
 -- Creates a queue or sets a known one's switch (:paused NULL keeps it; a new queue is active), recording it in audit_log: queue.create for a queue with neither a row nor jobs before, else queue.pause / queue.resume (queue.create unchanged when nothing changed); answers whether it was created.
@@ -169,3 +170,96 @@ WHERE (t.queue, t.minute, t.outcome, t.shard) IN (
     LIMIT :batch_size
 )
 RETURNING t.minute;
+
+-- name: queue_window_stats
+-- One queue's finished jobs in each window of :windows (seconds back from :now, default now()), in that order: how many succeeded, went dead or were cancelled, their attempts and failed attempts, and the p50 / p95 / p99 of the wait (due -> claim) and the run (claim -> the worker's complete or fail) of each job's last attempt; read from the queue's newest finished jobs, at most :scan of each state.
+-- Bounded reads, whatever the history: each state's newest jobs are walked in
+-- ix_jobs_queue_status_id (the state as a range of one value, ordered by (state, id): only that
+-- index yields the order, so the planner cannot walk the primary key newest first and filter,
+-- which passes the whole history for a quiet queue). Dead and cancelled jobs are read only as
+-- far back as the succeeded ones reach when those fill :scan. The sample is then every finished
+-- job of the queue above the highest cut a full state made: all states over one id range, so
+-- the rates compare like with like. A window is truncated when a state was cut and the oldest
+-- job kept (the lowest id) finished inside it: the window may hold jobs older than the walk
+-- reached (ids follow enqueue order, so this is a close reading, not a proof).
+-- Wait is due (run_at: the enqueue, or the end of a delay or a retry's backoff) to claim
+-- (started_at), as jobq_job_wait_duration_seconds measures it; a job that ran once waited from
+-- its enqueue to its first claim. Run time leaves out attempts the reaper ended (their end is
+-- when it looked).
+WITH succeeded AS MATERIALIZED (
+    SELECT j.id, j.status, j.attempts, j.lease_ended_by, j.run_at, j.started_at, j.finished_at
+    FROM jobs j
+    WHERE j.queue = :queue AND j.status >= 'succeeded' AND j.status <= 'succeeded'
+    ORDER BY j.status DESC, j.id DESC
+    LIMIT :scan
+),
+reach AS MATERIALIZED (
+    SELECT CASE WHEN count(*) >= :scan THEN min(id) ELSE 0 END AS id FROM succeeded
+),
+others AS MATERIALIZED (
+    SELECT o.*
+    FROM (VALUES ('dead'), ('cancelled')) AS s(status)
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.status, j.attempts, j.lease_ended_by, j.run_at, j.started_at, j.finished_at
+        FROM jobs j
+        WHERE j.queue = :queue AND j.status >= s.status AND j.status <= s.status
+          AND j.id >= (SELECT id FROM reach)
+        ORDER BY j.status DESC, j.id DESC
+        LIMIT :scan
+    ) o
+),
+cut AS MATERIALIZED (
+    SELECT GREATEST((SELECT id FROM reach),
+                    (SELECT COALESCE(max(low), 0)
+                     FROM (SELECT min(id) AS low FROM others
+                           GROUP BY status HAVING count(*) >= :scan) full_states)) AS id,
+           (SELECT count(*) FROM succeeded) + (SELECT count(*) FROM others) AS scanned
+),
+sample AS MATERIALIZED (
+    SELECT r.id, r.status, r.attempts, r.lease_ended_by, r.finished_at,
+           GREATEST(EXTRACT(EPOCH FROM r.started_at - r.run_at), 0)::float8 AS waited,
+           EXTRACT(EPOCH FROM r.finished_at - r.started_at)::float8 AS ran
+    FROM (SELECT * FROM succeeded UNION ALL SELECT * FROM others) r
+    WHERE r.id >= (SELECT id FROM cut)
+),
+windows AS (
+    SELECT w.seconds, w.ord,
+           COALESCE(CAST(:now AS timestamptz), now()) - make_interval(secs => w.seconds) AS since
+    FROM unnest(CAST(:windows AS float8[])) WITH ORDINALITY AS w(seconds, ord)
+),
+figures AS (
+    SELECT w.ord, w.seconds, w.since,
+           count(*) FILTER (WHERE s.status = 'succeeded') AS succeeded,
+           count(*) FILTER (WHERE s.status = 'dead') AS dead,
+           count(*) FILTER (WHERE s.status = 'cancelled') AS cancelled,
+           COALESCE(sum(s.attempts) FILTER (WHERE s.status IN ('succeeded', 'dead')), 0)
+               AS attempts,
+           -- A job that succeeded failed every attempt but its last; a dead one, every attempt.
+           COALESCE(sum(CASE WHEN s.status = 'succeeded' THEN s.attempts - 1 ELSE s.attempts END)
+                        FILTER (WHERE s.status IN ('succeeded', 'dead')), 0) AS failed_attempts,
+           count(s.waited) FILTER (WHERE s.status IN ('succeeded', 'dead')) AS wait_jobs,
+           percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (ORDER BY s.waited)
+               FILTER (WHERE s.status IN ('succeeded', 'dead')) AS waits,
+           count(s.ran) FILTER (WHERE s.lease_ended_by IN ('complete', 'fail')) AS run_jobs,
+           percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (ORDER BY s.ran)
+               FILTER (WHERE s.lease_ended_by IN ('complete', 'fail')) AS runs
+    FROM windows w
+    LEFT JOIN sample s ON s.finished_at >= w.since
+    GROUP BY w.ord, w.seconds, w.since
+)
+SELECT CAST(:queue AS text) AS queue,
+       EXISTS (SELECT 1 FROM queues q WHERE q.name = CAST(:queue AS text))
+           OR (SELECT COALESCE(sum(jobs), 0) FROM queue_counts
+               WHERE queue = CAST(:queue AS text)) <> 0 AS known,
+       f.seconds AS window_seconds, f.since,
+       f.succeeded, f.dead, f.cancelled, f.attempts::bigint AS attempts,
+       f.failed_attempts::bigint AS failed_attempts,
+       f.wait_jobs, f.waits[1] AS wait_p50, f.waits[2] AS wait_p95, f.waits[3] AS wait_p99,
+       f.run_jobs, f.runs[1] AS run_p50, f.runs[2] AS run_p95, f.runs[3] AS run_p99,
+       c.scanned,
+       -- The walk stopped at a job that finished inside the window: older ones may have too.
+       c.id > 0 AND COALESCE((SELECT finished_at FROM sample ORDER BY id LIMIT 1) >= f.since,
+                             true) AS truncated
+FROM figures f
+CROSS JOIN cut c
+ORDER BY f.ord;

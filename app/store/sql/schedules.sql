@@ -22,7 +22,8 @@ FOR UPDATE SKIP LOCKED;
 -- Inserts the jobs of schedule runs in order (items: a job's fields, schedule_name and scheduled_for, its run_at); a run that has its job already is skipped and answered with no job.
 -- The run's mark (schedule_name, scheduled_for) is written here and nowhere else, and
 -- uq_jobs_schedule_run holds one job per mark: no idempotency key is set, so nothing a producer
--- enqueues can stand in for a run or keep one from being enqueued.
+-- enqueues can stand in for a run or keep one from being enqueued. (schedule_trigger writes
+-- schedule_name alone, with scheduled_for NULL: no mark, and never a conflict with one.)
 WITH items AS MATERIALIZED (
     SELECT t.ord, t.item, nextval(pg_get_serial_sequence('jobs', 'id')) AS new_id,
            (t.item->>'scheduled_for')::timestamptz AS run_at
@@ -59,6 +60,44 @@ ORDER BY items.ord;
 SELECT j.*
 FROM jsonb_to_recordset(CAST(:keys AS jsonb)) AS k(schedule_name text, scheduled_for timestamptz)
 JOIN jobs j ON j.schedule_name = k.schedule_name AND j.scheduled_for = k.scheduled_for;
+
+-- name: schedule_trigger
+-- Enqueues one pending job from a schedule's template now, outside its runs (next_run_at, last_run_at and last_job_id stay; a paused schedule too), where its queue matches :queue_patterns (NULL: any), recording schedule.trigger in audit_log; answers the schedule's queue with the job (NULL when out of scope), no row when there is no schedule.
+-- The job carries schedule_name but no scheduled_for: uq_jobs_schedule_run treats the NULL as
+-- distinct, so a trigger never takes or blocks a run's mark, and schedule_run_jobs (which looks
+-- runs up by their instant) never mistakes it for a run. The template's unset max_attempts and
+-- lease_seconds take :max_attempts and :lease_seconds, the defaults the runs' jobs get. The
+-- schedule is read, not locked: the trigger changes nothing of it, and a lock would make the
+-- scheduler's pass (FOR UPDATE SKIP LOCKED) skip the schedule.
+WITH target AS (
+    SELECT s.*,
+           (CAST(:queue_patterns AS text[]) IS NULL
+            OR s.queue LIKE ANY (CAST(:queue_patterns AS text[]))) AS in_scope
+    FROM schedules s
+    WHERE s.name = CAST(:name AS text)
+),
+inserted AS (
+    INSERT INTO jobs (queue, type, payload, priority, status, max_attempts, lease_seconds,
+                      timeout_seconds, run_at, concurrency_key, schedule_name)
+    SELECT t.queue, t.type, t.payload, t.priority, 'pending',
+           COALESCE(t.max_attempts, CAST(:max_attempts AS int)),
+           COALESCE(t.lease_seconds, CAST(:lease_seconds AS int)),
+           t.timeout_seconds, now(), t.concurrency_key, t.name
+    FROM target t
+    WHERE t.in_scope
+    RETURNING *
+),
+audited AS (
+    INSERT INTO audit_log (actor, actor_key_id, action, outcome, queue, job_id, state_before,
+                           state_after, detail)
+    SELECT CAST(:actor AS text), CAST(:actor_key_id AS bigint), 'schedule.trigger', 'changed',
+           i.queue, i.id, NULL, i.status,
+           jsonb_build_object('schedule', t.name, 'job_id', i.id, 'type', t.type,
+                              'schedule_paused', t.paused, 'source', t.source)
+    FROM target t CROSS JOIN inserted i
+)
+SELECT t.queue AS schedule_queue, i.*
+FROM target t LEFT JOIN inserted i ON true;
 
 -- name: schedule_park
 -- Records why schedules could not be planned and parks them, only where next_run_at is still the value the pass read (items: name, expected, error); answers the names parked.

@@ -124,7 +124,8 @@ async def seed_tour(dashboard: Dashboard) -> dict[str, Any]:
 
 
 async def test_tour_of_every_page(dashboard: Dashboard, page: Page, steps: Steps) -> None:
-    """Overview, jobs, a failed job and workers render the seeded service (README screenshots)."""
+    """Overview, jobs, a failed job, workers, failures, a queue and the overview on a phone render
+    the seeded service (README screenshots)."""
     dead = await seed_tour(dashboard)
     await sign_in(page, dashboard.admin_key)
     for queue in ("emails", "reports", "billing.invoices"):
@@ -149,9 +150,29 @@ async def test_tour_of_every_page(dashboard: Dashboard, page: Page, steps: Steps
     for worker, key_name in (("mail-2:4712", "mailer"), ("report-7:2201", "reporting")):
         row = page.locator(f'table#workers tr[data-worker-id="{worker}"]')
         await expect(row).to_contain_text(key_name)  # the key it claimed with
-    # mail-1 holds nothing any more: the page lists who holds leases now
-    await expect(page.locator('table#workers tr[data-worker-id="mail-1:4711"]')).to_have_count(0)
+    # mail-1 holds nothing any more: not busy (listed as idle once its sighting is written,
+    # every few seconds, or not yet listed)
+    await expect(
+        page.locator('table#workers tr[data-worker-id="mail-1:4711"][data-state="busy"]')
+    ).to_have_count(0)
     await steps.readme(page, "workers")
+
+    # The dead job's two failures, grouped by cause (two SMTP messages, two groups).
+    await page.locator("a#nav-failures").click()
+    await expect(page.locator("table#failure-groups tbody tr")).to_have_count(2)
+    await steps.readme(page, "failures")
+
+    await page.goto("/dashboard/queues/emails")
+    await expect(page.locator("table#queue-timings")).to_be_visible()
+    await steps.readme(page, "queue")
+
+    # The same overview on a phone: nothing off-screen.
+    await page.set_viewport_size({"width": 390, "height": 844})
+    await page.locator("a#nav-overview").click()
+    await expect(page.locator('table#queues tr[data-queue="emails"]')).to_be_visible()
+    width = await page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390, width
+    await steps.readme(page, "overview-phone")
 
 
 # -- 1. the overview's numbers are the seeded ones ------------------------------------------------

@@ -210,7 +210,7 @@ async def test_the_workers_page_shows_an_idle_long_polling_worker(
     assert len(await polling) == 1
 
 
-async def test_a_schedule_is_paused_from_the_dashboard_with_its_queue_paused_warned(
+async def test_a_schedule_is_paused_and_triggered_from_the_dashboard_with_its_queue_paused_warned(
     dashboard: Dashboard, page: Page, steps: Steps
 ) -> None:
     api = dashboard.api
@@ -225,4 +225,19 @@ async def test_a_schedule_is_paused_from_the_dashboard_with_its_queue_paused_war
     await expect(page.locator("#flash")).to_have_text("Paused schedule i-digest")
     await expect(row.locator("button.schedule-resume")).to_be_visible()
     await steps.shot(page, "schedule-paused")
-    assert (await api.get("/v1/schedules/i-digest")).json()["paused"] is True
+    paused = (await api.get("/v1/schedules/i-digest")).json()
+    assert paused["paused"] is True
+
+    # Trigger now: one job from the template, even paused, and the schedule stays as it was.
+    await row.locator("button.schedule-trigger").click()
+    flash = page.locator("#flash")
+    await expect(flash).to_have_text(re.compile(r"^Triggered schedule i-digest: job \d+$"))
+    job_id = int((await page.locator("#flash-job").inner_text()).removeprefix("job "))
+    await steps.shot(page, "schedule-triggered")
+    job = await get_job(api, job_id)
+    assert (job["queue"], job["type"], job["status"]) == ("i-digests", "digest", "pending")
+    assert (await api.get("/v1/schedules/i-digest")).json() == paused
+    audit = (await api.get("/v1/audit", params={"action": "schedule.trigger"})).json()
+    assert [e["job_id"] for e in audit["entries"]] == [job_id]
+    await page.locator("#flash-job").click()
+    await expect(page.locator("#job-status")).to_have_text("pending")
