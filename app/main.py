@@ -13,6 +13,7 @@ from sqlalchemy.exc import DBAPIError
 
 from app.api import flow_limits, history, jobs, metrics, ops, schedules, workers
 from app.api.schedules_file import load_schedules_file
+from app.api.schemas import CONCURRENCY_KEY_MAX_CHARS
 from app.api.state import AppState, Runtime, app_state
 from app.auth import store as key_store
 from app.auth.keyring import KeyRing
@@ -21,8 +22,8 @@ from app.dashboard import docs as api_docs
 from app.dashboard import router as dashboard
 from app.db import create_control_engine, create_driver_pool, create_engine
 from app.domain.cron import ScheduleSpec
-from app.domain.types import JobDefaults
-from app.errors import brief, install_error_handlers
+from app.domain.types import EnqueueLimits, JobDefaults
+from app.errors import DatabaseUnavailable, brief, install_error_handlers
 from app.http.body_limit import BodyLimit
 from app.http.fastpath import JobqAPI
 from app.logs import RequestIds, log_job_events
@@ -54,6 +55,7 @@ API_DESCRIPTION = (
 CONTROL_CONNECT_WAIT_SECONDS = 5.0
 
 logger = logging.getLogger("jobq.auth")
+producers_logger = logging.getLogger("jobq.producers")
 schedule_logger = logging.getLogger("jobq.schedules")
 
 
@@ -207,6 +209,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     )
     control.start()
     await control.wait_connected(CONTROL_CONNECT_WAIT_SECONDS)
+    await _publish_enqueue_limits(services, settings)
     runner.start()
     try:
         if settings.schedules is not None and schedule_file is not None:
@@ -221,6 +224,26 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await pool.close()
         await engine.dispose()
         state.runtime = None
+
+
+async def _publish_enqueue_limits(services: Services, settings: Settings) -> None:
+    """Tells ``jobq.enqueue()`` (SQL producers) this instance's bounds and defaults; a database
+    that refuses the write (a replica, an outage) keeps the ones it has."""
+    limits = EnqueueLimits(
+        queue_name_max_chars=settings.queue_name_max_chars,
+        type_max_chars=settings.type_max_chars,
+        idempotency_key_max_chars=settings.idempotency_key_max_chars,
+        concurrency_key_max_chars=CONCURRENCY_KEY_MAX_CHARS,
+        payload_max_bytes=settings.max_body_bytes,
+        max_attempts_default=settings.max_attempts_default,
+        lease_seconds_default=settings.lease_seconds_default,
+    )
+    try:
+        await services.upkeep.publish_enqueue_limits(limits)
+    except (DBAPIError, OSError, DatabaseUnavailable) as exc:
+        producers_logger.warning(
+            "jobq.enqueue() bounds not written (%s); it keeps the stored ones", brief(exc)
+        )
 
 
 async def _load_keys(keys: KeyRing) -> None:

@@ -164,6 +164,20 @@ class LeaseOutcome:
 
 
 @dataclass(frozen=True)
+class EnqueueLimits:
+    """What ``jobq.enqueue()`` (the SQL function, migration 0019) checks and fills in, as the
+    API does: an instance writes its own at start-up."""
+
+    queue_name_max_chars: int
+    type_max_chars: int
+    idempotency_key_max_chars: int
+    concurrency_key_max_chars: int
+    payload_max_bytes: int
+    max_attempts_default: int
+    lease_seconds_default: int
+
+
+@dataclass(frozen=True)
 class JobDefaults:
     """What a job gets when its producer leaves a field out; shared by enqueue and schedule runs."""
 

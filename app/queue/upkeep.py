@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from app.domain.records import ReapedJob
-from app.domain.types import JobEvent
+from app.domain.types import EnqueueLimits, JobEvent
 from app.queue.events import Events
 from app.store import Stores
 from app.store.unit import UnitOfWork
@@ -24,6 +24,12 @@ class UpkeepService:
         self.unit = unit
         self.stores = stores
         self.events = events
+
+    async def publish_enqueue_limits(self, limits: EnqueueLimits) -> None:
+        """Writes the bounds ``jobq.enqueue()`` checks, so SQL producers meet the API's rules."""
+        async for attempt in self.unit.ops():
+            async with attempt as conn:
+                await self.stores.producers.enqueue_limits_set(conn, limits=limits)
 
     async def reap(self, *, batch_size: int, now: datetime | None = None) -> list[ReapedJob]:
         """Returns at most ``batch_size`` expired leases to the queue (or to dead); answers them."""

@@ -19,6 +19,7 @@ from app.store.flow_limits import FlowLimitStore
 from app.store.job_events import JobEventStore
 from app.store.jobs import JobStore
 from app.store.keys import KeyStore
+from app.store.producers import ProducerStore
 from app.store.queues import QueueStore
 from app.store.schedules import ScheduleStore
 from app.store.workers import WorkerStore
@@ -37,6 +38,7 @@ class Stores:
     keys: KeyStore
     control: ControlStore
     workers: WorkerStore
+    producers: ProducerStore
 
 
 # The store class of each SQL file (by its stem): what the mapping test walks.
@@ -50,6 +52,7 @@ STORE_OF_FILE: dict[str, type] = {
     "keys": KeyStore,
     "control": ControlStore,
     "workers": WorkerStore,
+    "producers": ProducerStore,
 }
 
 
@@ -87,4 +90,5 @@ def stores_for(settings: StoreSettings) -> Stores:
         keys=KeyStore(),
         control=ControlStore(),
         workers=WorkerStore(instance=instance),
+        producers=ProducerStore(),
     )

@@ -41,6 +41,8 @@ from app.store.control import ControlStore
 logger = logging.getLogger("jobq.wakeup")
 
 CHANNEL = "jobq_wakeup"
+# The sender jobq.enqueue() (migration 0019) signs its wake-ups with: no instance id looks so.
+SQL_PRODUCER = "sql"
 COALESCE_WINDOW_SECONDS_DEFAULT: float = setting_default("notify_coalesce_seconds")
 RECONNECT_MIN_SECONDS = 0.1
 RECONNECT_MAX_SECONDS = 5.0
@@ -228,6 +230,10 @@ class ControlChannel:
             return
         sender, count, queue = decoded
         if sender == self.instance:
+            return
+        if sender == SQL_PRODUCER:
+            # jobq.enqueue() in a producer's committed transaction: a wake-up, not an instance.
+            self.hub.notify(queue, count)
             return
         newcomer = sender not in self.peers
         self._peers[sender] = asyncio.get_running_loop().time()
