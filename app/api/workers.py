@@ -4,8 +4,8 @@
 # built for the app's settings inside build_router, which FastAPI must see as classes.
 
 import contextlib
-from collections.abc import Iterator, Sequence
-from typing import Annotated, Any
+from collections.abc import Awaitable, Sequence
+from typing import Annotated, Any, Protocol
 
 from fastapi import APIRouter, Request, Response
 from pydantic import AfterValidator, Field, JsonValue
@@ -16,7 +16,7 @@ from app.api.deps import Services
 from app.api.render import claimed, json_response, lease_results_response
 from app.api.schemas import ClaimResponse, LeaseResults, TraceParent, json_size_at_most
 from app.auth.keys import Permission, Principal
-from app.domain.types import NOT_GIVEN, LeaseUpdate
+from app.domain.types import NOT_GIVEN, LeaseOutcome, LeaseUpdate
 from app.errors import PROBLEM
 from app.http import tracing
 from app.http.disconnect import client_gone
@@ -79,11 +79,23 @@ def _update(item: wire.LeaseRef, worker_id: str, key_id: int | None) -> LeaseUpd
 Worker = Annotated[Principal, requires(Permission.WORK)]
 
 
-@contextlib.contextmanager
-def _lease_span(
-    operation: str, traceparent: str | None, leases: Sequence[wire.LeaseRef]
-) -> Iterator[tracing.Span]:
-    """The span of a lease call: a child of the worker's (its handler's) span when it sends one."""
+class _LeaseCall(Protocol):
+    """A lease transition of the jobs service (heartbeat, complete, fail, release)."""
+
+    def __call__(
+        self, *, worker_id: str, items: Sequence[LeaseUpdate], key_id: int | None = None
+    ) -> Awaitable[list[LeaseOutcome]]: ...
+
+
+async def _lease_call(
+    operation: str,
+    transition: _LeaseCall,
+    worker: Principal,
+    worker_id: str,
+    leases: Sequence[wire.LeaseRef],
+    traceparent: str | None,
+) -> Response:
+    """One lease call, in its span: a child of the worker's (its handler's) span when it sends one."""
     with tracing.span(
         operation,
         "CLIENT",
@@ -91,7 +103,13 @@ def _lease_span(
         operation_type=None if operation == "heartbeat" else "settle",
     ) as span:
         span.messages([item.job_id for item in leases])
-        yield span
+        outcomes = await transition(
+            worker_id=worker_id,
+            key_id=worker.key_id,
+            items=_items(leases, worker_id, worker.key_id),
+        )
+        span.destination(o.queue for o in outcomes)
+    return lease_results_response(outcomes)
 
 
 def build_router(settings: Settings) -> APIRouter:
@@ -214,55 +232,35 @@ def build_router(settings: Settings) -> APIRouter:
         worker: Worker, body: HeartbeatRequest, services: Services, traceparent: TraceParent = None
     ) -> Response:
         """Extends leases, saving checkpoint and progress under the ownership check."""
-        with _lease_span("heartbeat", traceparent, body.leases) as span:
-            outcomes = await services.jobs.heartbeat(
-                worker_id=body.worker_id,
-                key_id=worker.key_id,
-                items=_items(body.leases, body.worker_id, worker.key_id),
-            )
-            span.destination(o.queue for o in outcomes)
-        return lease_results_response(outcomes)
+        return await _lease_call(
+            "heartbeat", services.jobs.heartbeat, worker, body.worker_id, body.leases, traceparent
+        )
 
     @router.post("/complete", response_model=LeaseResults, responses={422: PROBLEM})
     async def complete(
         worker: Worker, body: CompleteRequest, services: Services, traceparent: TraceParent = None
     ) -> Response:
         """Completes held jobs; a repeated complete with the same lease answers the same success."""
-        with _lease_span("complete", traceparent, body.leases) as span:
-            outcomes = await services.jobs.complete(
-                worker_id=body.worker_id,
-                key_id=worker.key_id,
-                items=_items(body.leases, body.worker_id, worker.key_id),
-            )
-            span.destination(o.queue for o in outcomes)
-        return lease_results_response(outcomes)
+        return await _lease_call(
+            "complete", services.jobs.complete, worker, body.worker_id, body.leases, traceparent
+        )
 
     @router.post("/fail", response_model=LeaseResults, responses={422: PROBLEM})
     async def fail(
         worker: Worker, body: FailRequest, services: Services, traceparent: TraceParent = None
     ) -> Response:
         """Fails attempts: retried after backoff (or ``retry_after_seconds``), or dead."""
-        with _lease_span("fail", traceparent, body.leases) as span:
-            outcomes = await services.jobs.fail(
-                worker_id=body.worker_id,
-                key_id=worker.key_id,
-                items=_items(body.leases, body.worker_id, worker.key_id),
-            )
-            span.destination(o.queue for o in outcomes)
-        return lease_results_response(outcomes)
+        return await _lease_call(
+            "fail", services.jobs.fail, worker, body.worker_id, body.leases, traceparent
+        )
 
     @router.post("/release", response_model=LeaseResults, responses={422: PROBLEM})
     async def release(
         worker: Worker, body: ReleaseRequest, services: Services, traceparent: TraceParent = None
     ) -> Response:
         """Gives held jobs back to pending without charging the attempt, keeping the checkpoint."""
-        with _lease_span("release", traceparent, body.leases) as span:
-            outcomes = await services.jobs.release(
-                worker_id=body.worker_id,
-                key_id=worker.key_id,
-                items=_items(body.leases, body.worker_id, worker.key_id),
-            )
-            span.destination(o.queue for o in outcomes)
-        return lease_results_response(outcomes)
+        return await _lease_call(
+            "release", services.jobs.release, worker, body.worker_id, body.leases, traceparent
+        )
 
     return router
