@@ -270,6 +270,19 @@ async def _database_error(_: Request, exc: Exception) -> JSONResponse:
         )
     if code == "23505":
         return problem(409, "Conflict", "a unique value already exists", slug="conflict")
+    if code == "23503":
+        # A job named in depends_on was deleted between the check and the insert (the insert
+        # trigger of migration 0021 refuses it, naming the column).
+        column = getattr(exc, "column_name", None) or getattr(
+            getattr(exc, "orig", None), "column_name", None
+        )
+        return problem(
+            422,
+            "Unprocessable Content",
+            "a job named in depends_on does not exist",
+            slug="validation-error",
+            errors=[{"field": str(column or "depends_on"), "message": "job not found"}],
+        )
     invalidated = isinstance(exc, DBAPIError) and exc.connection_invalidated
     if invalidated or connection_lost(exc) or code.startswith("08"):
         return _unavailable()

@@ -11,7 +11,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from sqlalchemy.exc import DBAPIError
 
-from app.api import flow_limits, history, jobs, metrics, ops, schedules, workers
+from app.api import flow_limits, history, jobs, metrics, ops, schedules, workers, workflows
 from app.api.schedules_file import load_schedules_file
 from app.api.schemas import CONCURRENCY_KEY_MAX_CHARS
 from app.api.state import AppState, Runtime, app_state
@@ -35,6 +35,7 @@ from app.maintenance.runner import Loop, LoopRunner
 from app.maintenance.scheduler import Scheduler, SchedulerConfig
 from app.maintenance.sightings import WorkerSightings
 from app.queue.jobs import CoalescingPolicy
+from app.queue.linked import ParentResultBounds
 from app.queue.results import CHANNEL as FINISHED_CHANNEL
 from app.queue.results import ResultHub
 from app.queue.services import Services, build_services
@@ -176,6 +177,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         hub=hub,
         results=results,
         wake=announce,
+        parent_results=ParentResultBounds(
+            inline_bytes=settings.parent_result_inline_max_bytes,
+            total_bytes=settings.parent_results_max_bytes,
+        ),
         bulk_batch_size=settings.bulk_batch_size,
     )
     # Every committed change is announced from app/queue/events.py; these listen from the start.
@@ -312,6 +317,7 @@ def create_app(settings: Settings) -> FastAPI:
         schedules.build_router(settings),
         flow_limits.build_router(),
         history.build_router(),
+        workflows.build_router(settings),
         observed.router(),
         # Server-rendered pages and their static files, none of them in the OpenAPI document.
         dashboard.build_router(settings),

@@ -86,10 +86,22 @@ jobs = Table(
     Column("progress_at", DateTime(timezone=True), nullable=True),
     # The W3C trace context of the enqueue (migration 0018), handed to the worker on claim.
     Column("traceparent", Text, nullable=True),
+    # Composing work (migration 0021): the jobs this one waits for and what a parent's failure
+    # does to it; has_dependents marks a parent (the finish trigger's WHEN reads it, so jobs
+    # without dependents never call it); the ordering key whose jobs run one at a time in
+    # enqueue order; the workflow and step a job belongs to.
+    Column("depends_on", ARRAY(BigInteger), nullable=True),
+    Column("on_parent_failure", Text, nullable=True),
+    Column("has_dependents", Boolean, nullable=False, server_default=text("false")),
+    Column("ordering_key", Text, nullable=True),
+    Column("workflow_id", BigInteger, nullable=True),
+    Column("workflow_step", Text, nullable=True),
     CheckConstraint(
-        "status IN ('pending', 'scheduled', 'running', 'succeeded', 'dead', 'cancelled')",
+        "status IN ('pending', 'scheduled', 'running', 'succeeded', 'dead', 'cancelled', "
+        "'waiting')",
         name="status",
     ),
+    CheckConstraint("on_parent_failure IN ('cancel', 'run')", name="on_parent_failure"),
     CheckConstraint(
         "lease_ended_by IN ('complete', 'fail', 'release', 'cancel', 'expire', 'timeout')",
         name="lease_ended_by",
@@ -180,6 +192,51 @@ jobs = Table(
         postgresql_ops={"payload": "jsonb_path_ops"},
     ),
     Index("ix_jobs_created_at", "created_at", postgresql_using="brin"),
+    # A parent's waiting dependents (migration 0021), found from the parent's id.
+    Index(
+        "ix_jobs_depends_on",
+        "depends_on",
+        postgresql_using="gin",
+        postgresql_where=text("depends_on IS NOT NULL"),
+    ),
+    Index(
+        "ix_jobs_workflow_id", "workflow_id", "id", postgresql_where=text("workflow_id IS NOT NULL")
+    ),
+    # An ordering key's open jobs in enqueue order: whether any is open, which one waits next.
+    Index(
+        "ix_jobs_ordering_open",
+        "queue",
+        "ordering_key",
+        "id",
+        postgresql_where=text(
+            "ordering_key IS NOT NULL AND status IN ('waiting', 'scheduled', 'pending', 'running')"
+        ),
+    ),
+)
+
+# One row per POST /v1/workflows (migration 0021): its steps are jobs with its workflow_id.
+workflows = Table(
+    "workflows",
+    metadata,
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    Column("name", Text, nullable=False),
+    Column("steps", Integer, nullable=False),
+    Column("created_by", Text, nullable=True),
+    Column("created_by_key_id", BigInteger, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Index("ix_workflows_created_at", "created_at"),
+)
+
+# One row per (queue, ordering key) (migration 0021): the lock a key's enqueues and finishes
+# take turns on (the triggers of migration 0021), so two jobs of a key never both start.
+ordering_keys = Table(
+    "ordering_keys",
+    metadata,
+    Column("queue", Text, nullable=False),
+    Column("ordering_key", Text, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    PrimaryKeyConstraint("queue", "ordering_key"),
+    Index("ix_ordering_keys_updated_at", "updated_at"),
 )
 
 queues = Table(
@@ -206,6 +263,8 @@ JOB_EVENT_KINDS = (
     "cancelled",
     "retried",
     "run_now",
+    "webhook",
+    "ready",
 )
 
 job_events = Table(
@@ -367,6 +426,8 @@ AUDIT_ACTIONS = (
     "queue.delete",
     "job.run_now",
     "schedule.trigger",
+    "workflow.cancel",
+    "workflow.retry",
 )
 
 audit_log = Table(

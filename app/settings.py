@@ -198,6 +198,31 @@ class Settings(BaseSettings):
     progress_max_bytes: int = Field(
         default=16 * 1024, ge=256, le=1024 * 1024, description="Largest progress value (JSON)."
     )
+    # Composing work (issue 21).
+    parent_result_inline_max_bytes: int = Field(
+        default=64 * 1024,
+        ge=0,
+        le=64 * 1024 * 1024,
+        description="Largest parent result a claimed job carries inline (as JSON text); a "
+        "larger one is left to GET /v1/jobs/{id} (result_by_reference).",
+    )
+    parent_results_max_bytes: int = Field(
+        default=1024 * 1024,
+        ge=0,
+        le=256 * 1024 * 1024,
+        description="Most parent results, in all, one claimed job carries inline; past it the "
+        "rest go by reference.",
+    )
+    workflow_max_steps: int = Field(
+        default=1000, ge=1, le=10000, description="Steps per workflow (POST /v1/workflows)."
+    )
+    depends_on_max: int = Field(
+        default=1000,
+        ge=1,
+        le=10000,
+        description="Jobs one job may wait for (depends_on; a batch callback waits for its "
+        "whole batch, up to batch_max_jobs).",
+    )
 
     # Coalescing (app/queue/coalesce.py).
     coalesce: bool = Field(

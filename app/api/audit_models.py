@@ -32,6 +32,8 @@ class AuditAction(enum.StrEnum):
     SCHEDULE_PAUSE = "schedule.pause"
     SCHEDULE_RESUME = "schedule.resume"
     SCHEDULE_TRIGGER = "schedule.trigger"
+    WORKFLOW_CANCEL = "workflow.cancel"
+    WORKFLOW_RETRY = "workflow.retry"
 
 
 class AuditEntry(BaseModel):

@@ -32,6 +32,8 @@ EVENT_KINDS = Literal[
     "cancelled",
     "retried",
     "run_now",
+    "webhook",
+    "ready",
 ]
 
 

@@ -27,6 +27,7 @@ from app.api.schemas import (
     JobBatch,
     JobPage,
     TraceParent,
+    new_callback,
     new_job,
 )
 from app.auth.keys import Permission, Principal
@@ -54,6 +55,25 @@ def _reused_key_named(field: Callable[[int], str]) -> Iterator[None]:
         ) from None
 
 
+async def check_parents(
+    caller: Principal, services: ServiceSet, named: Sequence[tuple[str, Sequence[int]]]
+) -> None:
+    """422 naming the field of the first parent that does not exist or that the caller's key
+    may not see (the two are told apart for nobody: a scoped key learns nothing of others)."""
+    wanted = {i for _, ids in named for i in ids}
+    if not wanted:
+        return
+    found = await services.jobs.parent_queues(sorted(wanted))
+    for field, ids in named:
+        for position, job_id in enumerate(ids):
+            queue = found.get(job_id)
+            if queue is None or not caller.covers(queue):
+                raise InvalidInput(
+                    f"depends_on names job {job_id}, which does not exist",
+                    errors=[{"field": f"{field}[{position}]", "message": "job not found"}],
+                )
+
+
 def build_router(settings: Settings) -> APIRouter:
     """The producer routes, validating against this app's limits (and documenting them)."""
     router = APIRouter(prefix="/v1/jobs", tags=["jobs"], route_class=LeanRoute)
@@ -71,10 +91,29 @@ def build_router(settings: Settings) -> APIRouter:
             default=None,
             description=wire.EnqueueRequest.model_fields["idempotency_key"].description,
         )
+        depends_on: list[wire.JobId] | None = Field(
+            default=None,
+            min_length=1,
+            max_length=settings.depends_on_max,
+            description=wire.EnqueueRequest.model_fields["depends_on"].description,
+        )
+
+    class BatchCallback(wire.BatchCallback):
+        __doc__ = wire.BatchCallback.__doc__
+        queue: Queue = "default"
+        type: Annotated[str, wire.at_most(settings.type_max_chars)]
+        idempotency_key: Key | None = Field(
+            default=None,
+            description=wire.EnqueueRequest.model_fields["idempotency_key"].description,
+        )
 
     class EnqueueBatchRequest(wire.EnqueueBatchRequest):
         __doc__ = wire.EnqueueBatchRequest.__doc__
         jobs: Sequence[EnqueueRequest] = Field(min_length=1, max_length=settings.batch_max_jobs)
+        callback: BatchCallback | None = Field(
+            default=None,
+            description=wire.EnqueueBatchRequest.model_fields["callback"].description,
+        )
 
     @router.post(
         "",
@@ -108,6 +147,8 @@ def build_router(settings: Settings) -> APIRouter:
                     errors=[{"field": "header.Idempotency-Key", "message": "differs from body"}],
                 )
             body = body.model_copy(update={"idempotency_key": idempotency_key})
+        if body.depends_on:
+            await check_parents(caller, services, [("body.depends_on", body.depends_on)])
         with (
             tracing.span(
                 "enqueue",
@@ -152,6 +193,17 @@ def build_router(settings: Settings) -> APIRouter:
         if caller.scoped:
             for index, item in enumerate(body.jobs):
                 allow_queue(caller, item.queue, field=f"body.jobs[{index}].queue")
+            if body.callback is not None:
+                allow_queue(caller, body.callback.queue, field="body.callback.queue")
+        await check_parents(
+            caller,
+            services,
+            [
+                (f"body.jobs[{i}].depends_on", j.depends_on)
+                for i, j in enumerate(body.jobs)
+                if j.depends_on
+            ],
+        )
         if idempotency_key is not None:
             raise InvalidInput(
                 "Idempotency-Key is not accepted on a batch; give each job an idempotency_key",
@@ -170,14 +222,28 @@ def build_router(settings: Settings) -> APIRouter:
                 queues=[item.queue for item in body.jobs],
                 operation_type="send",
             ) as span,
-            _reused_key_named(lambda i: f"body.jobs[{i}].idempotency_key"),
+            _reused_key_named(
+                lambda i: (
+                    "body.callback.idempotency_key"
+                    if i == len(body.jobs)
+                    else f"body.jobs[{i}].idempotency_key"
+                )
+            ),
         ):
             answered = await services.jobs.enqueue(
-                [new_job(j, traceparent=span.traceparent) for j in body.jobs]
+                [new_job(j, traceparent=span.traceparent) for j in body.jobs],
+                callback=new_callback(body.callback, traceparent=span.traceparent)
+                if body.callback is not None
+                else None,
             )
             span.messages([row.id for row, _ in answered])
         any_created = any(created for _, created in answered)
-        return jobs_response((row for row, _ in answered), status_code=201 if any_created else 200)
+        rows = [row for row, _ in answered]
+        if body.callback is None:
+            return jobs_response(rows, status_code=201 if any_created else 200)
+        return jobs_response(
+            rows[:-1], status_code=201 if any_created else 200, callback=job(rows[-1])
+        )
 
     class BulkRequest(wire.BulkRequest):
         __doc__ = wire.BulkRequest.__doc__

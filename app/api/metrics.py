@@ -47,7 +47,7 @@ from app.maintenance.gauges import QueueGauges
 JOB_BUCKETS: tuple[float, ...] = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600,
 )  # fmt: skip
-STATES = ("scheduled", "pending", "running", "succeeded", "dead", "cancelled")
+STATES = ("waiting", "scheduled", "pending", "running", "succeeded", "dead", "cancelled")
 
 
 # The ``type`` label of a job type past the cap (JOBQ_METRICS_TYPES_MAX), and of an event whose

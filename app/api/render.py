@@ -42,6 +42,7 @@ def claimed(row: records.Job) -> dict[str, Any]:
     """A claimed row as ``ClaimedJob``: the job and the number of this attempt."""
     data = job(row)
     data["attempt"] = row.attempts
+    data["parents"] = row.parents
     return data
 
 

@@ -18,6 +18,7 @@ import json
 import re
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -36,7 +37,7 @@ from pydantic import (
 )
 
 from app.api.filters import ERROR_FILTER_MAX_CHARS, queue_name_pattern
-from app.api.history_models import JOB_ID_LIST_MAX, FailError, JobIds
+from app.api.history_models import JOB_ID_LIST_MAX, JobIds
 from app.domain.bounds import (
     DELAY_SECONDS_MAX,
     LEASE_SECONDS_MAX,
@@ -44,7 +45,6 @@ from app.domain.bounds import (
     MAX_BIGINT,
     MAX_INT4,
     MIN_INT4,
-    RETRY_DELAY_SECONDS_MAX,
     TIMEOUT_SECONDS_MAX,
     instant_in_window,
 )
@@ -173,16 +173,47 @@ class EnqueueRequest(StrictModel):
         "than its rate. Without a matching limit the key only labels the job.",
     )
 
+    depends_on: list[JobId] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=setting_default("depends_on_max"),
+        description="Jobs this one waits for: it stays waiting (never claimed) until every one "
+        "has ended as on_parent_failure asks, then becomes due in the same transaction as the "
+        "last one's end. Its claim carries their states and results (parents).",
+    )
+    on_parent_failure: Literal["cancel", "run"] | None = Field(
+        default=None,
+        description="When a job it waits for ends dead or cancelled: cancel this one too (the "
+        "default, recorded in its history), or run it anyway.",
+    )
+    ordering_key: ConcurrencyKey | None = Field(
+        default=None,
+        description="Jobs of a queue with the same ordering key run one at a time, in enqueue "
+        "order, across all instances: the next starts once the one before succeeded, or ended "
+        "dead or cancelled (a retrying job holds the ones after it). Other keys are never held "
+        "up. Not with depends_on.",
+    )
+
     @model_validator(mode="after")
     def _one_schedule(self) -> EnqueueRequest:
         if self.run_at is not None and self.delay_seconds is not None:
             raise ValueError("give run_at or delay_seconds, not both")
+        if self.ordering_key is not None and self.depends_on is not None:
+            raise ValueError("give depends_on or ordering_key, not both")
+        if self.on_parent_failure is not None and self.depends_on is None:
+            raise ValueError("on_parent_failure needs depends_on")
         return self
+
+
+_LATER_FIELDS = ("depends_on", "on_parent_failure", "ordering_key")
 
 
 def request_fingerprint(request: EnqueueRequest) -> str:
     """A stable hash of an enqueue request (without its key), to tell a replay from a reuse."""
-    body = request.model_dump(mode="json", exclude={"idempotency_key"})
+    # Fields newer than a key's job are left out while unset, so a replay of a request made
+    # before they existed still matches its job's fingerprint.
+    unset = {f for f in _LATER_FIELDS if getattr(request, f, None) is None}
+    body = request.model_dump(mode="json", exclude={"idempotency_key", *unset})
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
@@ -203,13 +234,42 @@ def new_job(request: EnqueueRequest, *, traceparent: str | None = None) -> NewJo
         idempotency_key=request.idempotency_key,
         fingerprint=request_fingerprint(request) if request.idempotency_key else None,
         traceparent=traceparent,
+        depends_on=tuple(request.depends_on) if request.depends_on is not None else None,
+        on_parent_failure=request.on_parent_failure,
+        ordering_key=request.ordering_key,
     )
+
+
+class BatchCallback(EnqueueRequest):
+    """A job enqueued with a batch, waiting for every job of it: due once all succeeded
+    (``when: all_succeeded``; cancelled if one ends dead or cancelled) or all finished
+    (``all_finished``). Its claim carries the counts per outcome and the failed jobs' ids."""
+
+    when: Literal["all_succeeded", "all_finished"] = "all_succeeded"
+
+    @model_validator(mode="after")
+    def _no_links(self) -> BatchCallback:
+        if self.depends_on is not None or self.on_parent_failure is not None:
+            raise ValueError(
+                "a callback waits for its batch: give neither depends_on nor on_parent_failure"
+            )
+        return self
+
+
+def new_callback(request: BatchCallback, *, traceparent: str | None = None) -> NewJob:
+    """The queue core's view of a batch callback (its parents are filled in by the core)."""
+    job = new_job(request, traceparent=traceparent)
+    return replace(job, on_parent_failure="run" if request.when == "all_finished" else "cancel")
 
 
 class EnqueueBatchRequest(StrictModel):
     """Jobs to enqueue in one transaction, all or nothing."""
 
     jobs: Sequence[EnqueueRequest] = Field(min_length=1)
+    callback: BatchCallback | None = Field(
+        default=None,
+        description="A job enqueued with the batch, waiting for all of it; answered last.",
+    )
 
 
 class Job(BaseModel):
@@ -252,6 +312,17 @@ class Job(BaseModel):
         description="The W3C trace context the job was enqueued in (its enqueue span's when "
         "the service traces): a worker continues the trace from it."
     )
+    depends_on: list[int] | None = Field(
+        default=None, description="The jobs this one waits for (waiting until they end)."
+    )
+    on_parent_failure: Literal["cancel", "run"] | None = Field(
+        default=None, description="What a parent ending dead or cancelled does (null: cancel)."
+    )
+    ordering_key: str | None = Field(
+        default=None, description="Its queue's jobs with this key run one at a time, in order."
+    )
+    workflow_id: int | None = Field(default=None, description="The workflow it is a step of.")
+    workflow_step: str | None = Field(default=None, description="Its step's name there.")
 
 
 TraceParent = Annotated[
@@ -269,6 +340,9 @@ class JobBatch(BaseModel):
     """Jobs answered in the order they were sent."""
 
     jobs: list[Job]
+    callback: Job | None = Field(
+        default=None, description="The batch's callback job, when the batch named one."
+    )
 
 
 class JobPage(BaseModel):
@@ -325,138 +399,6 @@ class BulkResult(BaseModel):
     batches: int = Field(description="Statements it ran, each committed on its own.")
 
 
-class ClaimRequest(StrictModel):
-    """A worker asking for up to ``max_jobs`` leases."""
-
-    worker_id: WorkerId
-    queues: list[QueueName] = Field(min_length=1, max_length=setting_default("claim_max_queues"))
-    max_jobs: int = Field(default=1, ge=1)
-    lease_seconds: LeaseSeconds | None = Field(
-        default=None, description="Lease for these claims; default: each job's own."
-    )
-    wait_seconds: float = Field(
-        default=0,
-        ge=0,
-        allow_inf_nan=False,
-        description="Long-poll up to this long when nothing is due.",
-    )
-
-
-class ClaimedJob(Job):
-    """A job leased to the caller; ``attempt`` counts this try (1 on the first)."""
-
-    attempt: int
-
-
-class ClaimResponse(BaseModel):
-    """The leased jobs; an empty list is a normal answer."""
-
-    jobs: list[ClaimedJob]
-
-
-class LeaseRef(StrictModel):
-    """Names one lease: the job and the lease id the claim returned."""
-
-    job_id: JobId
-    lease_id: LeaseId
-
-
-class HeartbeatItem(LeaseRef):
-    """Extends one lease; ``checkpoint`` and ``progress`` (any JSON) are saved with it when present."""
-
-    lease_seconds: LeaseSeconds | None = Field(
-        default=None, description="Extend to now() + this; default: the lease the claim asked for."
-    )
-    checkpoint: JsonValue = None
-    progress: JsonValue = None
-
-
-class CompleteItem(LeaseRef):
-    """Completes one held job with an optional result."""
-
-    result: JsonValue = None
-
-
-class FailItem(LeaseRef):
-    """Fails one attempt; retried after a backoff unless not retryable or out of attempts."""
-
-    error: FailError = Field(
-        default="",
-        description="What went wrong: text (kept cut to the service's error_text_max_chars), or "
-        "the exception's type, message and traceback.",
-    )
-    retryable: bool = True
-    retry_after_seconds: float | None = Field(
-        default=None,
-        ge=0,
-        le=RETRY_DELAY_SECONDS_MAX,
-        allow_inf_nan=False,
-        description="Retry after exactly this long (0: at once) instead of the backoff.",
-    )
-    checkpoint: JsonValue = None
-
-
-class ReleaseItem(LeaseRef):
-    """Gives one held job back without charging the attempt."""
-
-    delay_seconds: float = Field(default=0, ge=0, le=RETRY_DELAY_SECONDS_MAX, allow_inf_nan=False)
-    checkpoint: JsonValue = None
-
-
-class HeartbeatRequest(StrictModel):
-    """Heartbeats for every lease a worker holds, in one call."""
-
-    worker_id: WorkerId
-    leases: Sequence[HeartbeatItem] = Field(min_length=1)
-
-
-class CompleteRequest(StrictModel):
-    """Completions, per lease."""
-
-    worker_id: WorkerId
-    leases: Sequence[CompleteItem] = Field(min_length=1)
-
-
-class FailRequest(StrictModel):
-    """Failures, per lease."""
-
-    worker_id: WorkerId
-    leases: Sequence[FailItem] = Field(min_length=1)
-
-
-class ReleaseRequest(StrictModel):
-    """Releases, per lease."""
-
-    worker_id: WorkerId
-    leases: Sequence[ReleaseItem] = Field(min_length=1)
-
-
-class LeaseResult(BaseModel):
-    """The verdict for one lease: held and done (``ok``), or ``lease_lost``.
-
-    A call repeated with the same lease answers ``ok`` only when it is the same transition that
-    ended the lease (a second complete after a complete); any other call after the lease ended
-    answers ``lease_lost``.
-    """
-
-    job_id: int
-    ok: bool
-    status: JobStatus | None = Field(default=None, description="The job's state after the call.")
-    error: Literal["lease_lost"] | None = None
-    cancelled: bool = Field(default=False, description="The job was cancelled under this lease.")
-    timed_out: bool = Field(
-        default=False, description="The attempt ran past the job's timeout_seconds."
-    )
-    lease_expires_at: datetime | None = None
-    run_at: datetime | None = None
-
-
-class LeaseResults(BaseModel):
-    """One result per lease item, in request order."""
-
-    results: list[LeaseResult]
-
-
 class MinuteOutcomes(BaseModel):
     """A queue's outcomes in one minute: attempts that succeeded, failed (to be retried), went
     dead, or jobs cancelled."""
@@ -482,6 +424,11 @@ class QueueStats(BaseModel):
     succeeded: int
     dead: int
     cancelled: int
+    waiting: int = Field(
+        default=0,
+        description="Waiting for other jobs: their parents (depends_on) or the earlier jobs of "
+        "their ordering key.",
+    )
     oldest_pending_age_seconds: float | None
     succeeded_last_minute: int = Field(
         description="Jobs that succeeded in the last 60 s, estimated from per-minute counts."

@@ -10,11 +10,13 @@ from typing import Annotated, Any, Protocol
 from fastapi import APIRouter, Request, Response
 from pydantic import AfterValidator, Field, JsonValue
 
+from app.api import lease_models as lease
 from app.api import schemas as wire
 from app.api.auth import allow_queues, requires
 from app.api.deps import Services
+from app.api.lease_models import ClaimResponse, LeaseResults
 from app.api.render import claimed, json_response, lease_results_response
-from app.api.schemas import ClaimResponse, LeaseResults, TraceParent, json_size_at_most
+from app.api.schemas import TraceParent, json_size_at_most
 from app.auth.keys import Permission, Principal
 from app.domain.types import NOT_GIVEN, LeaseOutcome, LeaseUpdate
 from app.errors import PROBLEM
@@ -25,13 +27,13 @@ from app.settings import Settings
 
 
 def _items(
-    leases: Sequence[wire.LeaseRef], worker_id: str, key_id: int | None
+    leases: Sequence[lease.LeaseRef], worker_id: str, key_id: int | None
 ) -> list[LeaseUpdate]:
     """The leases of a call as the core's updates, each owned by the calling worker and key."""
     return [_update(item, worker_id, key_id) for item in leases]
 
 
-def _update(item: wire.LeaseRef, worker_id: str, key_id: int | None) -> LeaseUpdate:
+def _update(item: lease.LeaseRef, worker_id: str, key_id: int | None) -> LeaseUpdate:
     """One lease item as the core's update: a field the request left out is ``NOT_GIVEN`` (an
     absent checkpoint keeps the stored one), a JSON null is ``None`` (it clears it)."""
     given = item.model_fields_set
@@ -41,7 +43,7 @@ def _update(item: wire.LeaseRef, worker_id: str, key_id: int | None) -> LeaseUpd
 
     job_id, lease_id = item.job_id, str(item.lease_id)
     owner: dict[str, Any] = {"worker_id": worker_id, "key_id": key_id}
-    if isinstance(item, wire.HeartbeatItem):
+    if isinstance(item, lease.HeartbeatItem):
         return LeaseUpdate(
             job_id=job_id,
             lease_id=lease_id,
@@ -50,9 +52,9 @@ def _update(item: wire.LeaseRef, worker_id: str, key_id: int | None) -> LeaseUpd
             checkpoint=sent("checkpoint"),
             progress=sent("progress"),
         )
-    if isinstance(item, wire.CompleteItem):
+    if isinstance(item, lease.CompleteItem):
         return LeaseUpdate(job_id=job_id, lease_id=lease_id, result=item.result, **owner)
-    if isinstance(item, wire.FailItem):
+    if isinstance(item, lease.FailItem):
         error = item.error
         return LeaseUpdate(
             job_id=job_id,
@@ -65,7 +67,7 @@ def _update(item: wire.LeaseRef, worker_id: str, key_id: int | None) -> LeaseUpd
             retry_after_seconds=item.retry_after_seconds,
             checkpoint=sent("checkpoint"),
         )
-    if isinstance(item, wire.ReleaseItem):
+    if isinstance(item, lease.ReleaseItem):
         return LeaseUpdate(
             job_id=job_id,
             lease_id=lease_id,
@@ -92,7 +94,7 @@ async def _lease_call(
     transition: _LeaseCall,
     worker: Principal,
     worker_id: str,
-    leases: Sequence[wire.LeaseRef],
+    leases: Sequence[lease.LeaseRef],
     traceparent: str | None,
 ) -> Response:
     """One lease call, in its span: a child of the worker's (its handler's) span when it sends one."""
@@ -136,8 +138,8 @@ def build_router(settings: Settings) -> APIRouter:
     Queue = Annotated[str, wire.queue_name_rule(queue_max), wire.queue_name_doc(queue_max)]
 
     # Named as on the wire: OpenAPI names its components after these classes.
-    class ClaimRequest(wire.ClaimRequest):
-        __doc__ = wire.ClaimRequest.__doc__
+    class ClaimRequest(lease.ClaimRequest):
+        __doc__ = lease.ClaimRequest.__doc__
         worker_id: WorkerId
         queues: list[Queue] = Field(min_length=1, max_length=settings.claim_max_queues)
         max_jobs: int = Field(default=1, ge=1, le=settings.claim_max_jobs)
@@ -149,36 +151,36 @@ def build_router(settings: Settings) -> APIRouter:
             description="Long-poll up to this long when nothing is due.",
         )
 
-    class HeartbeatItem(wire.HeartbeatItem):
-        __doc__ = wire.HeartbeatItem.__doc__
+    class HeartbeatItem(lease.HeartbeatItem):
+        __doc__ = lease.HeartbeatItem.__doc__
         checkpoint: Checkpoint = None
         progress: Progress = None
 
-    class FailItem(wire.FailItem):
-        __doc__ = wire.FailItem.__doc__
+    class FailItem(lease.FailItem):
+        __doc__ = lease.FailItem.__doc__
         checkpoint: Checkpoint = None
 
-    class ReleaseItem(wire.ReleaseItem):
-        __doc__ = wire.ReleaseItem.__doc__
+    class ReleaseItem(lease.ReleaseItem):
+        __doc__ = lease.ReleaseItem.__doc__
         checkpoint: Checkpoint = None
 
-    class HeartbeatRequest(wire.HeartbeatRequest):
-        __doc__ = wire.HeartbeatRequest.__doc__
+    class HeartbeatRequest(lease.HeartbeatRequest):
+        __doc__ = lease.HeartbeatRequest.__doc__
         worker_id: WorkerId
         leases: Sequence[HeartbeatItem] = Field(min_length=1, max_length=per_call)
 
-    class CompleteRequest(wire.CompleteRequest):
-        __doc__ = wire.CompleteRequest.__doc__
+    class CompleteRequest(lease.CompleteRequest):
+        __doc__ = lease.CompleteRequest.__doc__
         worker_id: WorkerId
-        leases: Sequence[wire.CompleteItem] = Field(min_length=1, max_length=per_call)
+        leases: Sequence[lease.CompleteItem] = Field(min_length=1, max_length=per_call)
 
-    class FailRequest(wire.FailRequest):
-        __doc__ = wire.FailRequest.__doc__
+    class FailRequest(lease.FailRequest):
+        __doc__ = lease.FailRequest.__doc__
         worker_id: WorkerId
         leases: Sequence[FailItem] = Field(min_length=1, max_length=per_call)
 
-    class ReleaseRequest(wire.ReleaseRequest):
-        __doc__ = wire.ReleaseRequest.__doc__
+    class ReleaseRequest(lease.ReleaseRequest):
+        __doc__ = lease.ReleaseRequest.__doc__
         worker_id: WorkerId
         leases: Sequence[ReleaseItem] = Field(min_length=1, max_length=per_call)
 

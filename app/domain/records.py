@@ -105,6 +105,15 @@ class Job(Record):
     scheduled_for: datetime | None
     progress_at: datetime | None
     traceparent: str | None = None  # migration 0018: absent from the previous release's rows
+    # Migration 0021: absent from the previous release's rows.
+    depends_on: list[int] | None = None
+    on_parent_failure: str | None = None
+    has_dependents: bool = False
+    ordering_key: str | None = None
+    workflow_id: int | None = None
+    workflow_step: str | None = None
+    # Not a column: what a claim hands a job with parents (JobService fills it in), else None.
+    parents: Any = None
 
     @property
     def retrying(self) -> bool:
@@ -161,6 +170,7 @@ class QueueStats(Record):
     oldest_pending_age_seconds: float | None
     succeeded_last_minute: int
     retrying: int = 0  # of the scheduled ones (a column newer than the previous release's)
+    waiting: int = 0  # waiting for other jobs (migration 0021)
 
 
 @dataclass(slots=True)
@@ -447,3 +457,37 @@ class JobBlockers(Record):
     queue_max_running: int | None
     queue_blocked_until: datetime | None
     live_workers: int
+
+
+@dataclass(slots=True)
+class ParentOutcome(Record):
+    """One parent of a claimed job: how it ended, and its result while the claim has room for it."""
+
+    job_id: int  # the claimed job
+    id: int  # the parent
+    step: str | None
+    status: str  # 'deleted' when the parent is gone
+    result: Any | None
+    by_reference: bool  # the result exists but is left to GET /v1/jobs/{id}
+
+
+@dataclass(slots=True)
+class Workflow(Record):
+    """One row of ``workflows``."""
+
+    id: int
+    name: str
+    steps: int
+    created_by: str | None
+    created_by_key_id: int | None
+    created_at: datetime
+
+
+@dataclass(slots=True)
+class StepMoved(Record):
+    """A workflow step a cancel or retry moved: where it was, and where it went."""
+
+    id: int
+    queue: str
+    status_before: str
+    status: str = "cancelled"

@@ -21,6 +21,10 @@ class JobStatus(enum.StrEnum):
     SUCCEEDED = "succeeded"
     DEAD = "dead"
     CANCELLED = "cancelled"
+    # Waiting for other jobs (migration 0021): its parents (depends_on), or the earlier jobs of
+    # its ordering key. Outside the claim index like scheduled; the triggers of migration 0021
+    # move it (TRIGGERED below).
+    WAITING = "waiting"
 
 
 class JobState(enum.StrEnum):
@@ -33,6 +37,7 @@ class JobState(enum.StrEnum):
     SUCCEEDED = "succeeded"
     DEAD = "dead"
     CANCELLED = "cancelled"
+    WAITING = "waiting"
 
 
 class Operation(enum.StrEnum):
@@ -68,10 +73,20 @@ TRANSITIONS: Mapping[tuple[Operation, JobStatus], JobStatus] = {
     (Operation.CANCEL, JobStatus.SCHEDULED): JobStatus.CANCELLED,
     (Operation.CANCEL, JobStatus.PENDING): JobStatus.CANCELLED,
     (Operation.CANCEL, JobStatus.RUNNING): JobStatus.CANCELLED,
+    (Operation.CANCEL, JobStatus.WAITING): JobStatus.CANCELLED,
     (Operation.RETRY, JobStatus.SUCCEEDED): JobStatus.PENDING,
     (Operation.RETRY, JobStatus.DEAD): JobStatus.PENDING,
     (Operation.RETRY, JobStatus.CANCELLED): JobStatus.PENDING,
     (Operation.RUN_NOW, JobStatus.SCHEDULED): JobStatus.PENDING,
+}
+
+# What no request does but a job's parents (or its ordering key's earlier job) ending does, in
+# the same transaction, by the triggers of migration 0021: waiting -> pending (scheduled when
+# its run_at is ahead) once every parent ended as it asks, or its key's turn came; waiting ->
+# cancelled when a parent ended dead or cancelled and the job asked for success.
+# tests/integration/test_dependencies.py holds the SQL to it.
+TRIGGERED: Mapping[JobStatus, frozenset[JobStatus]] = {
+    JobStatus.WAITING: frozenset({JobStatus.PENDING, JobStatus.SCHEDULED, JobStatus.CANCELLED}),
 }
 
 # A scheduled job is *retrying* (waiting out a backoff) when its last lease ended in a failure,
@@ -109,8 +124,8 @@ BULK_STATES: Mapping[BulkAction, tuple[frozenset[JobStatus], frozenset[JobStatus
         frozenset({JobStatus.DEAD}),
     ),
     BulkAction.CANCEL: (
-        frozenset({JobStatus.SCHEDULED, JobStatus.PENDING}),
-        frozenset({JobStatus.SCHEDULED, JobStatus.PENDING}),
+        frozenset({JobStatus.SCHEDULED, JobStatus.PENDING, JobStatus.WAITING}),
+        frozenset({JobStatus.SCHEDULED, JobStatus.PENDING, JobStatus.WAITING}),
     ),
     BulkAction.DELETE: (
         frozenset({JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED}),

@@ -133,6 +133,17 @@ class NewJob:
     fingerprint: str | None = None
     concurrency_key: str | None = None
     traceparent: str | None = None  # W3C trace context, handed to the worker with the claim
+    # Composing work (migration 0021): the jobs this one waits for and what a parent ending
+    # dead or cancelled does to it (None: cancel it too); the key whose jobs run one at a time.
+    depends_on: tuple[int, ...] | None = None
+    on_parent_failure: str | None = None
+    ordering_key: str | None = None
+    # Set by the workflow service only: the step's reserved id, its workflow and name, and
+    # whether other steps wait for it.
+    id: int | None = None
+    workflow_id: int | None = None
+    workflow_step: str | None = None
+    has_dependents: bool = False
 
 
 @dataclass(slots=True)  # read-only by convention: per item of a 50-job call

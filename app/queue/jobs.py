@@ -31,6 +31,7 @@ from app.domain.types import (
 from app.errors import DatabaseUnavailable, IdempotencyKeyReused, InvalidTransition, NotFound
 from app.queue.coalesce import Coalescer
 from app.queue.events import Events
+from app.queue.linked import ParentReader, ParentResultBounds
 from app.queue.waiters import WaiterHub, wait_either
 from app.store import Stores
 from app.store.conn import Conn
@@ -68,8 +69,13 @@ class JobService:
         hub: WaiterHub,
         defaults: JobDefaults,
         coalescing: CoalescingPolicy | None = None,
+        parent_results: ParentResultBounds | None = None,
     ) -> None:
         self.unit = unit
+        # What a claimed job that waited for others learns of them (app/queue/linked.py).
+        self.parents = ParentReader(
+            unit=unit, stores=stores, bounds=parent_results or ParentResultBounds()
+        )
         self.stores = stores
         self.events = events
         # Parked (long-polling) claims of this instance.
@@ -166,17 +172,31 @@ class JobService:
         self._announce_created(answered)  # after the commit: a woken claim must see the jobs
         return answered
 
-    async def enqueue(self, new_jobs: Sequence[NewJob]) -> list[tuple[Job, bool]]:
+    async def enqueue(
+        self, new_jobs: Sequence[NewJob], *, callback: NewJob | None = None
+    ) -> list[tuple[Job, bool]]:
         """Enqueues jobs, all or nothing; answers each job and whether this call created it.
 
         A job whose idempotency key exists with the same request is answered as it is; with a
         different request the whole call fails with ``IdempotencyKeyReused`` naming the job's
         position, and nothing is written. A single job shares its statement with the single enqueues of other requests
-        (coalescing); a batch is one transaction of its own when it carries keys.
+        (coalescing); a batch is one transaction of its own when it carries keys. A job naming
+        parents (``depends_on``) is never coalesced: a parent missing fails its own call only.
+
+        ``callback``: a job enqueued in the same transaction after the others, waiting for all
+        of them (its ``on_parent_failure`` says whether it needs them all to succeed); it is
+        answered last.
         """
         jobs = [self.defaults.apply(j) for j in new_jobs]
+        if callback is not None:
+            jobs.append(self.defaults.apply(callback))
         for _ in range(TRANSACTION_TRIES):
-            if len(jobs) == 1 and self._enqueues is not None:
+            if callback is not None:
+                outcome = await self._enqueue_with_callback(jobs)
+                if isinstance(outcome, _Retry):
+                    continue
+                return outcome
+            if len(jobs) == 1 and self._enqueues is not None and jobs[0].depends_on is None:
                 [single] = await self._enqueues.submit(jobs)
                 if isinstance(single, _Retry):
                     continue
@@ -189,8 +209,48 @@ class JobService:
             return outcome
         raise InvalidTransition("the idempotency key's job kept being deleted; retry")
 
+    async def _enqueue_with_callback(
+        self, jobs: Sequence[NewJob]
+    ) -> list[tuple[Job, bool]] | _Retry:
+        """The batch, then its callback waiting for every job of it, in one transaction."""
+        *batch, callback = jobs
+        try:
+            async for attempt in self.unit.hot(transaction=True):
+                async with attempt as conn:
+                    outcomes = await self._enqueue_statement(conn, batch, singles=False)
+                    for outcome in outcomes:
+                        if isinstance(outcome, Exception):
+                            raise outcome
+                    answered = [a for a in outcomes if isinstance(a, tuple)]
+                    parents = tuple(row.id for row, _ in answered)
+                    waiting = replace(callback, depends_on=parents)
+                    [last] = await self._enqueue_statement(conn, [waiting], singles=False)
+                    if isinstance(last, IdempotencyKeyReused):
+                        raise IdempotencyKeyReused(last.detail, item=len(batch))
+                    if isinstance(last, Exception):
+                        raise last
+                    answered.append(last)
+        except _Retry as retry:
+            return retry
+        self._announce_created(answered)
+        return answered
+
+    async def parent_queues(self, ids: Sequence[int]) -> dict[int, str]:
+        """The queue of each job of ``ids`` that exists (to check a producer may name it)."""
+        valid = [i for i in set(ids) if valid_id(i)]
+        if not valid:
+            return {}
+        async for attempt in self.unit.hot(idempotent=True):
+            async with attempt as conn:
+                found = await self.stores.workflows.job_parents_found(conn, ids=valid)
+        return found
+
     async def _enqueue_batch(self, jobs: Sequence[NewJob]) -> list[tuple[Job, bool]] | _Retry:
-        any_keys = any(job.idempotency_key is not None for job in jobs)
+        # A job naming parents runs the insert trigger that locks them: one transaction, so a
+        # parent refused (gone since it was checked) rolls the whole call back.
+        any_keys = any(
+            job.idempotency_key is not None or job.depends_on is not None for job in jobs
+        )
 
         try:
             # Keys need the lookup in the same transaction: a reused key rolls the batch back.
@@ -315,6 +375,8 @@ class JobService:
                 if claims.idle and self._claims.get(key) is claims:
                     del self._claims[key]
         claimed = [row for row in taken if row is not None]
+        if any(row.depends_on for row in claimed):
+            await self.parents.hand(claimed)
         self.events.publish(
             [
                 JobEvent(

@@ -14,6 +14,7 @@ from app.queue.events import Events, Wake
 from app.queue.flow_limits import LimitsService
 from app.queue.history import HistoryService
 from app.queue.jobs import CoalescingPolicy, JobService
+from app.queue.linked import ParentResultBounds
 from app.queue.ops import OpsService
 from app.queue.results import ResultHub, ResultService
 from app.queue.schedule_trigger import ScheduleTriggerService
@@ -21,6 +22,7 @@ from app.queue.schedules import ScheduleService
 from app.queue.upkeep import UpkeepService
 from app.queue.waiters import WaiterHub
 from app.queue.workers import WorkerService
+from app.queue.workflows import WorkflowService
 from app.store import Stores
 from app.store.unit import UnitOfWork
 
@@ -40,6 +42,7 @@ class Services:
     schedule_trigger: ScheduleTriggerService
     upkeep: UpkeepService
     workers: WorkerService
+    workflows: WorkflowService
 
 
 def build_services(
@@ -52,6 +55,7 @@ def build_services(
     results: ResultHub | None = None,
     wake: Wake | None = None,
     bulk_batch_size: int = 1000,
+    parent_results: ParentResultBounds | None = None,
 ) -> Services:
     """Builds the services on one unit of work (the engine and the driver pool under it).
 
@@ -70,6 +74,7 @@ def build_services(
             hub=hub,
             defaults=defaults,
             coalescing=coalescing,
+            parent_results=parent_results,
         ),
         results=ResultService(unit=unit, stores=stores, hub=results or ResultHub()),
         ops=OpsService(unit=unit, stores=stores, events=events, bulk_batch_size=bulk_batch_size),
@@ -81,4 +86,5 @@ def build_services(
         ),
         upkeep=UpkeepService(unit=unit, stores=stores, events=events),
         workers=WorkerService(unit=unit, stores=stores),
+        workflows=WorkflowService(unit=unit, stores=stores, events=events, defaults=defaults),
     )

@@ -23,6 +23,7 @@ from app.store.producers import ProducerStore
 from app.store.queues import QueueStore
 from app.store.schedules import ScheduleStore
 from app.store.workers import WorkerStore
+from app.store.workflows import WorkflowStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +40,7 @@ class Stores:
     control: ControlStore
     workers: WorkerStore
     producers: ProducerStore
+    workflows: WorkflowStore
 
 
 # The store class of each SQL file (by its stem): what the mapping test walks.
@@ -53,6 +55,7 @@ STORE_OF_FILE: dict[str, type] = {
     "control": ControlStore,
     "workers": WorkerStore,
     "producers": ProducerStore,
+    "workflows": WorkflowStore,
 }
 
 
@@ -91,4 +94,5 @@ def stores_for(settings: StoreSettings) -> Stores:
         control=ControlStore(),
         workers=WorkerStore(instance=instance),
         producers=ProducerStore(),
+        workflows=WorkflowStore(),
     )

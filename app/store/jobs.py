@@ -60,6 +60,13 @@ def enqueue_params(job: NewJob) -> dict[str, Any]:
         "idempotency_key": job.idempotency_key,
         "concurrency_key": job.concurrency_key,
         "traceparent": job.traceparent,
+        "depends_on": job.depends_on,
+        "on_parent_failure": job.on_parent_failure,
+        "ordering_key": job.ordering_key,
+        "id": job.id,
+        "workflow_id": job.workflow_id,
+        "workflow_step": job.workflow_step,
+        "has_dependents": job.has_dependents,
         "idempotency_hash": job.fingerprint if job.idempotency_key is not None else None,
     }
 

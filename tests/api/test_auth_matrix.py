@@ -26,6 +26,10 @@ PUBLIC = "public"
 NEEDS: dict[tuple[str, str], str] = {
     ("POST", "/v1/jobs"): Permission.ENQUEUE,
     ("POST", "/v1/jobs/batch"): Permission.ENQUEUE,
+    ("POST", "/v1/workflows"): Permission.ENQUEUE,
+    ("GET", "/v1/workflows/{workflow_id}"): Permission.READ_JOBS,
+    ("POST", "/v1/workflows/{workflow_id}/cancel"): Permission.OPERATE,
+    ("POST", "/v1/workflows/{workflow_id}/retry"): Permission.OPERATE,
     ("GET", "/v1/jobs"): Permission.READ_JOBS,
     ("GET", "/v1/jobs/{job_id}"): Permission.READ_JOBS,
     ("POST", "/v1/jobs/{job_id}/cancel"): Permission.OPERATE,
@@ -97,7 +101,12 @@ async def _seed(admin: httpx.AsyncClient) -> dict[str, Any]:
         "/v1/limits", json={"scope": "queue", "pattern": "emails", "max_running": 5}
     )
     assert r.status_code in (200, 201), r.text
-    return {"pending": pending, "lease": lease, "limit": r.json()}
+    limit = r.json()
+    flow = {"name": "w", "steps": [{"name": "a", "queue": "emails", "type": "t"}]}
+    r = await admin.post("/v1/workflows", json=flow)
+    assert r.status_code == 201, r.text
+    workflow = r.json()
+    return {"pending": pending, "lease": lease, "limit": limit, "workflow": workflow}
 
 
 def _body(method: str, path: str, seed: dict[str, Any]) -> dict[str, Any] | None:
@@ -105,6 +114,10 @@ def _body(method: str, path: str, seed: dict[str, Any]) -> dict[str, Any] | None
     return {
         ("POST", "/v1/jobs"): {"queue": "emails", "type": "t"},
         ("POST", "/v1/jobs/batch"): {"jobs": [{"queue": "emails", "type": "t"}]},
+        ("POST", "/v1/workflows"): {
+            "name": "w",
+            "steps": [{"name": "a", "queue": "emails", "type": "t"}],
+        },
         ("POST", "/v1/claim"): {"worker_id": "w", "queues": ["emails"]},
         ("POST", "/v1/heartbeat"): {"worker_id": "w", "leases": [lease]},
         ("POST", "/v1/complete"): {"worker_id": "w", "leases": [lease]},
@@ -131,6 +144,7 @@ def _url(path: str, seed: dict[str, Any]) -> str:
         .replace("{name}", "emails")
         .replace("{action}", "cancel")
         .replace("{limit_id}", str(seed["limit"]["id"]))
+        .replace("{workflow_id}", str(seed["workflow"]["id"]))
     )
 
 

@@ -70,6 +70,9 @@ def test_upgrade_downgrade_upgrade_round_trip(empty_database: str) -> None:
         "jobq_mask_message",
         "jobq_events_deleted",
         "jobq_events_truncated",
+        "jobq_linked_inserted",
+        "jobq_linked_reopened",
+        "jobq_linked_settled",
     }
     downgrade(empty_database, "base")
     assert asyncio.run(_inspect(empty_database, _tables)) == {"alembic_version"}

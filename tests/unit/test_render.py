@@ -11,7 +11,8 @@ import orjson
 import pytest
 
 from app.api import render
-from app.api.schemas import ClaimedJob, Job, LeaseResults
+from app.api.lease_models import ClaimedJob, LeaseResults
+from app.api.schemas import Job
 from app.domain import records
 from app.domain.types import LeaseOutcome
 

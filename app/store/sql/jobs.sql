@@ -14,7 +14,11 @@
 -- name: job_enqueue
 -- Inserts jobs in order (scheduled when run_at is ahead); an item whose (queue, idempotency_key) exists is skipped and answered with no job.
 WITH items AS MATERIALIZED (
-    SELECT t.ord, t.item, nextval(pg_get_serial_sequence('jobs', 'id')) AS new_id,
+    -- A workflow's steps come with ids reserved beforehand (job_ids_reserve), so that their
+    -- depends_on can name each other.
+    SELECT t.ord, t.item,
+           COALESCE((t.item->>'id')::bigint, nextval(pg_get_serial_sequence('jobs', 'id')))
+               AS new_id,
            COALESCE((t.item->>'run_at')::timestamptz,
                     now() + make_interval(secs => COALESCE((t.item->>'delay_seconds')::float8, 0)))
                AS run_at
@@ -23,7 +27,8 @@ WITH items AS MATERIALIZED (
 inserted AS (
     INSERT INTO jobs (id, queue, type, payload, priority, status, max_attempts, lease_seconds,
                       timeout_seconds, run_at, idempotency_key, idempotency_hash,
-                      concurrency_key, traceparent)
+                      concurrency_key, traceparent, depends_on, on_parent_failure,
+                      ordering_key, workflow_id, workflow_step, has_dependents)
     OVERRIDING SYSTEM VALUE
     SELECT new_id,
            item->>'queue',
@@ -38,7 +43,16 @@ inserted AS (
            item->>'idempotency_key',
            item->>'idempotency_hash',
            item->>'concurrency_key',
-           item->>'traceparent'
+           item->>'traceparent',
+           -- Jobs naming parents or an ordering key go through jobs_linked_inserted (migration
+           -- 0021), which may make them waiting (or cancelled: a parent failed already).
+           CASE WHEN jsonb_typeof(item->'depends_on') = 'array' THEN
+               ARRAY(SELECT jsonb_array_elements_text(item->'depends_on')::bigint) END,
+           item->>'on_parent_failure',
+           item->>'ordering_key',
+           (item->>'workflow_id')::bigint,
+           item->>'workflow_step',
+           COALESCE((item->>'has_dependents')::boolean, false)
     FROM items
     ORDER BY ord
     ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
@@ -686,7 +700,7 @@ cancelled AS (
         lease_ended_by = CASE WHEN t.status = 'running' THEN 'cancel' ELSE j.lease_ended_by END,
         updated_at = now()
     FROM target t
-    WHERE j.id = t.id AND t.status IN ('pending', 'scheduled', 'running')
+    WHERE j.id = t.id AND t.status IN ('pending', 'scheduled', 'running', 'waiting')
     RETURNING j.*
 ),
 events AS (

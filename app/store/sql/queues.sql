@@ -110,6 +110,7 @@ WITH counts AS (
            sum(jobs) FILTER (WHERE status = 'succeeded') AS succeeded,
            sum(jobs) FILTER (WHERE status = 'dead') AS dead,
            sum(jobs) FILTER (WHERE status = 'cancelled') AS cancelled,
+           sum(jobs) FILTER (WHERE status = 'waiting') AS waiting,
            sum(jobs) AS total
     FROM queue_counts
     GROUP BY queue
@@ -131,6 +132,7 @@ SELECT n.name,
        COALESCE(c.succeeded, 0)::bigint AS succeeded,
        COALESCE(c.dead, 0)::bigint AS dead,
        COALESCE(c.cancelled, 0)::bigint AS cancelled,
+       COALESCE(c.waiting, 0)::bigint AS waiting,
        (SELECT GREATEST(EXTRACT(EPOCH FROM now() - j.run_at), 0)::float8
         FROM jobs j
         WHERE j.queue = n.name AND j.status = 'pending'

@@ -1,0 +1,184 @@
+"""Wire models of the worker routes: claim, and the lease calls (heartbeat, complete, fail,
+release) with their verdicts. Strict as every request model (app/api/schemas.py says how); the
+routers subclass them with the limits in force."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, Field, JsonValue
+
+from app.api.history_models import FailError
+from app.api.schemas import (
+    Job,
+    JobId,
+    LeaseId,
+    LeaseSeconds,
+    QueueName,
+    StrictModel,
+    WorkerId,
+)
+from app.domain.bounds import RETRY_DELAY_SECONDS_MAX
+from app.domain.states import JobStatus
+from app.settings import setting_default
+
+
+class ClaimRequest(StrictModel):
+    """A worker asking for up to ``max_jobs`` leases."""
+
+    worker_id: WorkerId
+    queues: list[QueueName] = Field(min_length=1, max_length=setting_default("claim_max_queues"))
+    max_jobs: int = Field(default=1, ge=1)
+    lease_seconds: LeaseSeconds | None = Field(
+        default=None, description="Lease for these claims; default: each job's own."
+    )
+    wait_seconds: float = Field(
+        default=0,
+        ge=0,
+        allow_inf_nan=False,
+        description="Long-poll up to this long when nothing is due.",
+    )
+
+
+class ParentJob(BaseModel):
+    """One job a claimed job waited for: how it ended, and its result."""
+
+    id: int
+    step: str | None = Field(description="Its workflow step's name, if any.")
+    status: str = Field(description="succeeded, dead or cancelled; deleted when it is gone.")
+    result: JsonValue = Field(description="Its result, unless result_by_reference.")
+    result_by_reference: bool = Field(
+        description="The result was too large to come inline (JOBQ_PARENT_RESULT_INLINE_MAX_BYTES,"
+        " JOBQ_PARENT_RESULTS_MAX_BYTES): read it with GET /v1/jobs/{id}."
+    )
+
+
+class Parents(BaseModel):
+    """What a job that waited for others learns of them when claimed."""
+
+    total: int
+    succeeded: int
+    dead: int
+    cancelled: int
+    failed_ids: list[int] = Field(description="The parents that ended dead, cancelled or gone.")
+    jobs: list[ParentJob] = Field(description="Every parent, in depends_on order.")
+
+
+class ClaimedJob(Job):
+    """A job leased to the caller; ``attempt`` counts this try (1 on the first)."""
+
+    attempt: int
+    parents: Parents | None = Field(
+        default=None, description="For a job that waited for others (depends_on): how they ended."
+    )
+
+
+class ClaimResponse(BaseModel):
+    """The leased jobs; an empty list is a normal answer."""
+
+    jobs: list[ClaimedJob]
+
+
+class LeaseRef(StrictModel):
+    """Names one lease: the job and the lease id the claim returned."""
+
+    job_id: JobId
+    lease_id: LeaseId
+
+
+class HeartbeatItem(LeaseRef):
+    """Extends one lease; ``checkpoint`` and ``progress`` (any JSON) are saved with it when present."""
+
+    lease_seconds: LeaseSeconds | None = Field(
+        default=None, description="Extend to now() + this; default: the lease the claim asked for."
+    )
+    checkpoint: JsonValue = None
+    progress: JsonValue = None
+
+
+class CompleteItem(LeaseRef):
+    """Completes one held job with an optional result."""
+
+    result: JsonValue = None
+
+
+class FailItem(LeaseRef):
+    """Fails one attempt; retried after a backoff unless not retryable or out of attempts."""
+
+    error: FailError = Field(
+        default="",
+        description="What went wrong: text (kept cut to the service's error_text_max_chars), or "
+        "the exception's type, message and traceback.",
+    )
+    retryable: bool = True
+    retry_after_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        le=RETRY_DELAY_SECONDS_MAX,
+        allow_inf_nan=False,
+        description="Retry after exactly this long (0: at once) instead of the backoff.",
+    )
+    checkpoint: JsonValue = None
+
+
+class ReleaseItem(LeaseRef):
+    """Gives one held job back without charging the attempt."""
+
+    delay_seconds: float = Field(default=0, ge=0, le=RETRY_DELAY_SECONDS_MAX, allow_inf_nan=False)
+    checkpoint: JsonValue = None
+
+
+class HeartbeatRequest(StrictModel):
+    """Heartbeats for every lease a worker holds, in one call."""
+
+    worker_id: WorkerId
+    leases: Sequence[HeartbeatItem] = Field(min_length=1)
+
+
+class CompleteRequest(StrictModel):
+    """Completions, per lease."""
+
+    worker_id: WorkerId
+    leases: Sequence[CompleteItem] = Field(min_length=1)
+
+
+class FailRequest(StrictModel):
+    """Failures, per lease."""
+
+    worker_id: WorkerId
+    leases: Sequence[FailItem] = Field(min_length=1)
+
+
+class ReleaseRequest(StrictModel):
+    """Releases, per lease."""
+
+    worker_id: WorkerId
+    leases: Sequence[ReleaseItem] = Field(min_length=1)
+
+
+class LeaseResult(BaseModel):
+    """The verdict for one lease: held and done (``ok``), or ``lease_lost``.
+
+    A call repeated with the same lease answers ``ok`` only when it is the same transition that
+    ended the lease (a second complete after a complete); any other call after the lease ended
+    answers ``lease_lost``.
+    """
+
+    job_id: int
+    ok: bool
+    status: JobStatus | None = Field(default=None, description="The job's state after the call.")
+    error: Literal["lease_lost"] | None = None
+    cancelled: bool = Field(default=False, description="The job was cancelled under this lease.")
+    timed_out: bool = Field(
+        default=False, description="The attempt ran past the job's timeout_seconds."
+    )
+    lease_expires_at: datetime | None = None
+    run_at: datetime | None = None
+
+
+class LeaseResults(BaseModel):
+    """One result per lease item, in request order."""
+
+    results: list[LeaseResult]

@@ -1,0 +1,73 @@
+"""What a claimed job that waited for others (depends_on) learns of them: a helper of the claim.
+
+Not a service: JobService holds one and calls it after a claim took such jobs, so jobs without
+parents never pay for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.domain.records import Job, ParentOutcome
+from app.store import Stores
+from app.store.unit import UnitOfWork
+
+
+@dataclass(frozen=True)
+class ParentResultBounds:
+    """How much of its parents' results a claimed job carries inline (the rest by reference)."""
+
+    inline_bytes: int = 64 * 1024
+    total_bytes: int = 1024 * 1024
+
+
+def parents_summary(outcomes: Sequence[ParentOutcome]) -> dict[str, Any]:
+    """What a claim hands a job about its parents: counts per end, the failed ones, each one."""
+    counts = {"succeeded": 0, "dead": 0, "cancelled": 0}
+    for o in outcomes:
+        if o.status in counts:
+            counts[o.status] += 1
+    return {
+        "total": len(outcomes),
+        **counts,
+        "failed_ids": [o.id for o in outcomes if o.status in ("dead", "cancelled", "deleted")],
+        "jobs": [
+            {
+                "id": o.id,
+                "step": o.step,
+                "status": o.status,
+                "result": o.result,
+                "result_by_reference": o.by_reference,
+            }
+            for o in outcomes
+        ],
+    }
+
+
+class ParentReader:
+    """Reads the parents of claimed jobs in one statement and hands each job its summary."""
+
+    def __init__(self, *, unit: UnitOfWork, stores: Stores, bounds: ParentResultBounds) -> None:
+        self.unit = unit
+        self.stores = stores
+        self.bounds = bounds
+
+    async def hand(self, claimed: Sequence[Job]) -> None:
+        """Fills in ``parents`` of the claimed jobs that waited for others."""
+        ids = [row.id for row in claimed if row.depends_on]
+        async for attempt in self.unit.hot(idempotent=True):
+            async with attempt as conn:
+                outcomes = await self.stores.workflows.job_parent_outcomes(
+                    conn,
+                    ids=ids,
+                    inline_bytes=self.bounds.inline_bytes,
+                    total_bytes=self.bounds.total_bytes,
+                )
+        by_job: dict[int, list[ParentOutcome]] = {}
+        for outcome in outcomes:
+            by_job.setdefault(outcome.job_id, []).append(outcome)
+        for row in claimed:
+            if row.depends_on:
+                row.parents = parents_summary(by_job.get(row.id, []))

@@ -1,0 +1,136 @@
+"""Workflows: graphs of jobs created in one transaction, read, cancelled and retried whole.
+
+A step is a job with ``workflow_id`` and ``workflow_step``; its ``depends_on`` names the steps it
+comes after. Which step may run is decided by PostgreSQL (the triggers of migration 0021), in
+the transaction that finishes its last parent; this service creates the graph, reads it, and
+cancels or retries it as a whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from app.domain.bounds import valid_id
+from app.domain.records import Job, StepMoved, Workflow
+from app.domain.states import JobStatus
+from app.domain.types import JobDefaults, JobEvent
+from app.domain.workflows import StepSpec, creation_order
+from app.errors import NotFound
+from app.queue.events import Events
+from app.store import Stores
+from app.store.unit import UnitOfWork
+
+
+@dataclass(frozen=True)
+class WorkflowView:
+    """A workflow and its steps (jobs), in the order they were created."""
+
+    workflow: Workflow
+    steps: list[Job]
+
+
+class WorkflowService:
+    """Creates, reads, cancels and retries workflows."""
+
+    def __init__(
+        self, *, unit: UnitOfWork, stores: Stores, events: Events, defaults: JobDefaults
+    ) -> None:
+        self.unit = unit
+        self.stores = stores
+        self.events = events
+        self.defaults = defaults
+
+    async def create(
+        self,
+        *,
+        name: str,
+        steps: Sequence[StepSpec],
+        actor: str | None = None,
+        actor_key_id: int | None = None,
+    ) -> WorkflowView:
+        """Creates the workflow and every step in one transaction, parents first.
+
+        Raises ``GraphError`` (app/domain/workflows.py) for duplicate or unknown names and
+        cycles, before anything is written. Steps without parents are due at once (or at their
+        run_at); the others wait.
+        """
+        order = creation_order(steps)
+        has_children = {p for step in steps for p in step.after}
+        async for attempt in self.unit.hot(transaction=True):
+            async with attempt as conn:
+                workflow = await self.stores.workflows.workflow_create(
+                    conn, name=name, steps=len(steps), actor=actor, actor_key_id=actor_key_id
+                )
+                ids = await self.stores.workflows.job_ids_reserve(conn, n=len(steps))
+                id_of = {steps[i].name: ids[k] for k, i in enumerate(order)}
+                jobs = [
+                    replace(
+                        self.defaults.apply(steps[i].job),
+                        id=id_of[steps[i].name],
+                        workflow_id=workflow.id,
+                        workflow_step=steps[i].name,
+                        depends_on=tuple(id_of[p] for p in steps[i].after) or None,
+                        has_dependents=steps[i].name in has_children,
+                    )
+                    for i in order
+                ]
+                rows = await self.stores.jobs.job_enqueue(conn, jobs=jobs)
+        created = sorted((r for r in rows if r is not None), key=lambda r: r.id)
+        self.events.publish(
+            [JobEvent("enqueued", r.id, r.queue, status=r.status, type=r.type) for r in created]
+        )
+        self.events.wake_queues(r.queue for r in created if r.status == JobStatus.PENDING)
+        return WorkflowView(workflow, created)
+
+    async def get(self, workflow_id: int) -> WorkflowView:
+        """A workflow and its steps; ``NotFound`` for an unknown id."""
+        if not valid_id(workflow_id):
+            raise NotFound(f"workflow {workflow_id} not found")
+        async for attempt in self.unit.ops():
+            async with attempt as conn:
+                workflow = await self.stores.workflows.workflow_get(conn, workflow_id=workflow_id)
+                steps = (
+                    await self.stores.workflows.workflow_steps(conn, workflow_id=workflow_id)
+                    if workflow is not None
+                    else []
+                )
+        if workflow is None:
+            raise NotFound(f"workflow {workflow_id} not found")
+        return WorkflowView(workflow, steps)
+
+    async def cancel(
+        self, workflow_id: int, *, actor: str, actor_key_id: int | None = None
+    ) -> list[StepMoved]:
+        """Cancels every open step (a running one's lease ends at once); answers them."""
+        return await self._change(workflow_id, cancel=True, actor=actor, key_id=actor_key_id)
+
+    async def retry(
+        self, workflow_id: int, *, actor: str, actor_key_id: int | None = None
+    ) -> list[StepMoved]:
+        """Puts every dead or cancelled step back: pending when its parents all succeeded,
+        waiting otherwise (a retried parent's success then moves it). Answers the steps moved."""
+        return await self._change(workflow_id, cancel=False, actor=actor, key_id=actor_key_id)
+
+    async def _change(
+        self, workflow_id: int, *, cancel: bool, actor: str, key_id: int | None
+    ) -> list[StepMoved]:
+        await self.get(workflow_id)  # NotFound first
+        async for attempt in self.unit.ops(transaction=True):
+            async with attempt as conn:
+                # Every step locked first: a finish in flight commits before the change reads
+                # the steps, and its trigger, waiting for these locks, sees the change after.
+                await self.stores.workflows.workflow_lock(conn, workflow_id=workflow_id)
+                if cancel:
+                    moved = await self.stores.workflows.workflow_cancel(
+                        conn, workflow_id=workflow_id, actor=actor, actor_key_id=key_id
+                    )
+                else:
+                    moved = await self.stores.workflows.workflow_retry(
+                        conn, workflow_id=workflow_id, actor=actor, actor_key_id=key_id
+                    )
+        kind = "cancelled" if cancel else "retried"
+        self.events.publish([JobEvent(kind, m.id, m.queue, status=m.status) for m in moved])
+        if not cancel:
+            self.events.wake_queues(m.queue for m in moved if m.status == JobStatus.PENDING)
+        return moved

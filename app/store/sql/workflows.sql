@@ -1,0 +1,157 @@
+-- Named statements for composing work (migration 0021): workflows, the parents a job waits
+-- for, and the rows of ordering keys. app/store/workflows.py (WorkflowStore) is the only caller.
+-- What moves a waiting job is not here: the triggers of migration 0021 do it in the transaction
+-- of the parent's finish. These statements create the graph, read it, and cancel or retry it.
+
+-- name: job_ids_reserve
+-- Takes :n ids from the jobs' sequence, in order, for the steps of a workflow (their depends_on name each other).
+SELECT nextval(pg_get_serial_sequence('jobs', 'id')) AS id
+FROM generate_series(1, CAST(:n AS int));
+
+-- name: job_parents_found
+-- Of the given job ids, the jobs that exist, with their queue (to check the caller may see them).
+SELECT j.id, j.queue
+FROM jobs j
+WHERE j.id = ANY (CAST(:ids AS bigint[]));
+
+-- name: job_parent_outcomes
+-- For each given (claimed) job, its parents in depends_on order: id, step, state, and the result inline while it fits :inline_bytes and the job's running total stays within :total_bytes.
+SELECT o.job_id, o.id, o.step, o.status,
+       CASE WHEN o.size <= CAST(:inline_bytes AS int)
+                 AND o.running_size <= CAST(:total_bytes AS int)
+            THEN o.result END AS result,
+       o.result IS NOT NULL
+           AND NOT (o.size <= CAST(:inline_bytes AS int)
+                    AND o.running_size <= CAST(:total_bytes AS int)) AS by_reference
+FROM (
+    SELECT c.id AS job_id, d.ord, p.id, p.workflow_step AS step,
+           COALESCE(p.status, 'deleted') AS status, p.result,
+           COALESCE(octet_length(p.result::text), 0) AS size,
+           sum(COALESCE(octet_length(p.result::text), 0))
+               OVER (PARTITION BY c.id ORDER BY d.ord) AS running_size
+    FROM jobs c
+    CROSS JOIN LATERAL unnest(c.depends_on) WITH ORDINALITY AS d(parent_id, ord)
+    LEFT JOIN jobs p ON p.id = d.parent_id
+    WHERE c.id = ANY (CAST(:ids AS bigint[]))
+) o
+ORDER BY o.job_id, o.ord;
+
+-- name: workflow_create
+-- Records a workflow (its name, step count and who made it); its steps are enqueued next, in the same transaction.
+INSERT INTO workflows (name, steps, created_by, created_by_key_id)
+VALUES (CAST(:name AS text), CAST(:steps AS int), CAST(:actor AS text),
+        CAST(:actor_key_id AS bigint))
+RETURNING *;
+
+-- name: workflow_get
+-- Reads one workflow.
+SELECT * FROM workflows WHERE id = :id;
+
+-- name: workflow_steps
+-- Reads a workflow's steps (its jobs) in the order they were created.
+SELECT * FROM jobs WHERE workflow_id = :id ORDER BY id;
+
+-- name: workflow_lock
+-- Locks every step of a workflow in id order: a step finishing now is waited for, and the statement that follows (cancel or retry) sees it finished.
+SELECT id FROM jobs WHERE workflow_id = :id ORDER BY id FOR NO KEY UPDATE;
+
+-- name: workflow_cancel
+-- Cancels every open step of a workflow (waiting, scheduled, pending; a running one's lease ends at once), recording each in job_events and the whole in audit_log; answers the steps it cancelled.
+WITH target AS (
+    SELECT * FROM jobs
+    WHERE workflow_id = :id AND status IN ('waiting', 'scheduled', 'pending', 'running')
+),
+cancelled AS (
+    UPDATE jobs j
+    SET status = 'cancelled',
+        finished_at = now(),
+        lease_expires_at = NULL,
+        lease_ended_by = CASE WHEN t.status = 'running' THEN 'cancel' ELSE j.lease_ended_by END,
+        updated_at = now()
+    FROM target t
+    WHERE j.id = t.id AND j.status = t.status
+    RETURNING j.id, j.queue, t.status AS status_before, t.started_at, t.attempts, t.worker_id,
+              t.lease_key_id, t.lease_instance
+),
+events AS (
+    INSERT INTO job_events (job_id, at, kind, attempt, actor, actor_key_id, instance, data)
+    SELECT c.id, c.started_at, 'claimed', c.attempts, c.worker_id, c.lease_key_id,
+           c.lease_instance, NULL
+    FROM cancelled c WHERE c.status_before = 'running'
+    UNION ALL
+    SELECT c.id, now(), 'cancelled', NULL, CAST(:actor AS text), CAST(:actor_key_id AS bigint),
+           NULL, jsonb_build_object('status_before', c.status_before, 'workflow_id', :id)
+    FROM cancelled c
+),
+audited AS (
+    INSERT INTO audit_log (actor, actor_key_id, action, outcome, detail)
+    SELECT CAST(:actor AS text), CAST(:actor_key_id AS bigint), 'workflow.cancel', 'changed',
+           jsonb_build_object('workflow_id', :id, 'cancelled', count(*))
+    FROM cancelled
+    HAVING count(*) > 0
+)
+SELECT id, queue, status_before FROM cancelled;
+
+-- name: workflow_retry
+-- Puts every dead or cancelled step of a workflow back, attempts reset: pending when all its parents succeeded, waiting otherwise (a retried parent's success then moves it); records each in job_events and the whole in audit_log; answers the steps it moved.
+WITH target AS (
+    SELECT * FROM jobs WHERE workflow_id = :id AND status IN ('dead', 'cancelled')
+),
+retried AS (
+    UPDATE jobs j
+    SET status = CASE WHEN EXISTS (SELECT 1 FROM jobs p
+                                   WHERE p.id = ANY (j.depends_on) AND p.status <> 'succeeded')
+                      THEN 'waiting' ELSE 'pending' END,
+        attempts = 0, run_at = now(),
+        lease_id = NULL, worker_id = NULL, lease_key_id = NULL, lease_instance = NULL,
+        lease_ended_by = NULL, lease_expires_at = NULL, started_at = NULL, finished_at = NULL,
+        result = NULL, updated_at = now()
+    FROM target t
+    WHERE j.id = t.id AND j.status = t.status
+    RETURNING j.id, j.queue, j.status, t.status AS status_before
+),
+events AS (
+    INSERT INTO job_events (job_id, kind, actor, actor_key_id, data)
+    SELECT r.id, 'retried', CAST(:actor AS text), CAST(:actor_key_id AS bigint),
+           jsonb_build_object('status_before', r.status_before, 'status', r.status,
+                              'workflow_id', :id)
+    FROM retried r
+),
+audited AS (
+    INSERT INTO audit_log (actor, actor_key_id, action, outcome, detail)
+    SELECT CAST(:actor AS text), CAST(:actor_key_id AS bigint), 'workflow.retry', 'changed',
+           jsonb_build_object('workflow_id', :id, 'retried', count(*))
+    FROM retried
+    HAVING count(*) > 0
+)
+SELECT id, queue, status, status_before FROM retried;
+
+-- name: workflow_prune
+-- Deletes at most :batch_size workflows older than :older_than_seconds whose steps are all gone (pruned or deleted).
+DELETE FROM workflows w
+WHERE w.id IN (
+    SELECT w2.id FROM workflows w2
+    WHERE w2.created_at < COALESCE(CAST(:now AS timestamptz), now())
+                          - make_interval(secs => CAST(:older_than_seconds AS float8))
+      AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.workflow_id = w2.id)
+    ORDER BY w2.created_at
+    LIMIT :batch_size
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING w.id;
+
+-- name: ordering_key_prune
+-- Deletes at most :batch_size rows of ordering keys untouched for :older_than_seconds and with no open job (an enqueue of the key makes its row again).
+DELETE FROM ordering_keys k
+WHERE (k.queue, k.ordering_key) IN (
+    SELECT k2.queue, k2.ordering_key FROM ordering_keys k2
+    WHERE k2.updated_at < COALESCE(CAST(:now AS timestamptz), now())
+                          - make_interval(secs => CAST(:older_than_seconds AS float8))
+      AND NOT EXISTS (SELECT 1 FROM jobs j
+                      WHERE j.queue = k2.queue AND j.ordering_key = k2.ordering_key
+                        AND j.status IN ('waiting', 'scheduled', 'pending', 'running'))
+    ORDER BY k2.updated_at
+    LIMIT :batch_size
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING k.queue;

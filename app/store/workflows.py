@@ -1,0 +1,105 @@
+"""WorkflowStore: the statements of ``sql/workflows.sql``, one method each."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from app.domain.records import Job, ParentOutcome, StepMoved, Workflow
+from app.store.conn import Conn
+
+
+class WorkflowStore:
+    """Runs the statements that create, read, cancel and retry job graphs (migration 0021)."""
+
+    async def job_ids_reserve(self, conn: Conn, *, n: int) -> list[int]:
+        """``n`` new job ids, in order."""
+        return [int(row["id"]) for row in await conn.fetch("job_ids_reserve", {"n": n})]
+
+    async def job_parents_found(self, conn: Conn, *, ids: Sequence[int]) -> dict[int, str]:
+        """The queue of each of ``ids`` that exists."""
+        rows = await conn.fetch("job_parents_found", {"ids": list(ids)})
+        return {int(row["id"]): str(row["queue"]) for row in rows}
+
+    async def job_parent_outcomes(
+        self, conn: Conn, *, ids: Sequence[int], inline_bytes: int, total_bytes: int
+    ) -> list[ParentOutcome]:
+        """The parents of each of ``ids`` with their states, results inline while they fit."""
+        rows = await conn.fetch(
+            "job_parent_outcomes",
+            {"ids": list(ids), "inline_bytes": inline_bytes, "total_bytes": total_bytes},
+        )
+        return [ParentOutcome.from_row(row) for row in rows]
+
+    async def workflow_create(
+        self, conn: Conn, *, name: str, steps: int, actor: str | None, actor_key_id: int | None
+    ) -> Workflow:
+        """Records a workflow; its steps are enqueued next in the same transaction."""
+        rows = await conn.fetch(
+            "workflow_create",
+            {"name": name, "steps": steps, "actor": actor, "actor_key_id": actor_key_id},
+        )
+        return Workflow.from_row(rows[0])
+
+    async def workflow_get(self, conn: Conn, *, workflow_id: int) -> Workflow | None:
+        """One workflow, or ``None``."""
+        rows = await conn.fetch("workflow_get", {"id": workflow_id})
+        return Workflow.from_row(rows[0]) if rows else None
+
+    async def workflow_steps(self, conn: Conn, *, workflow_id: int) -> list[Job]:
+        """A workflow's jobs in creation order."""
+        return [
+            Job.from_row(row) for row in await conn.fetch("workflow_steps", {"id": workflow_id})
+        ]
+
+    async def workflow_lock(self, conn: Conn, *, workflow_id: int) -> None:
+        """Locks the workflow's steps (in a transaction), waiting for finishes in flight."""
+        await conn.fetch("workflow_lock", {"id": workflow_id})
+
+    async def workflow_cancel(
+        self, conn: Conn, *, workflow_id: int, actor: str, actor_key_id: int | None
+    ) -> list[StepMoved]:
+        """Cancels the workflow's open steps; answers them."""
+        rows = await conn.fetch(
+            "workflow_cancel", {"id": workflow_id, "actor": actor, "actor_key_id": actor_key_id}
+        )
+        return [StepMoved.from_row(row) for row in rows]
+
+    async def workflow_retry(
+        self, conn: Conn, *, workflow_id: int, actor: str, actor_key_id: int | None
+    ) -> list[StepMoved]:
+        """Puts the workflow's dead and cancelled steps back (pending or waiting); answers them."""
+        rows = await conn.fetch(
+            "workflow_retry", {"id": workflow_id, "actor": actor, "actor_key_id": actor_key_id}
+        )
+        return [StepMoved.from_row(row) for row in rows]
+
+    async def workflow_prune(
+        self,
+        conn: Conn,
+        *,
+        older_than_seconds: float,
+        batch_size: int,
+        now: datetime | None = None,
+    ) -> int:
+        """Deletes up to ``batch_size`` old workflows whose steps are all gone; answers how many."""
+        rows = await conn.fetch(
+            "workflow_prune",
+            {"older_than_seconds": older_than_seconds, "batch_size": batch_size, "now": now},
+        )
+        return len(rows)
+
+    async def ordering_key_prune(
+        self,
+        conn: Conn,
+        *,
+        older_than_seconds: float,
+        batch_size: int,
+        now: datetime | None = None,
+    ) -> int:
+        """Deletes up to ``batch_size`` idle ordering-key rows with no open job; answers how many."""
+        rows = await conn.fetch(
+            "ordering_key_prune",
+            {"older_than_seconds": older_than_seconds, "batch_size": batch_size, "now": now},
+        )
+        return len(rows)
