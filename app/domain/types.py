@@ -214,6 +214,13 @@ class JobDefaults:
             job.fingerprint,
             job.concurrency_key,
             job.traceparent,
+            job.depends_on,
+            job.on_parent_failure,
+            job.ordering_key,
+            job.id,
+            job.workflow_id,
+            job.workflow_step,
+            job.has_dependents,
         )
 
 

@@ -14,6 +14,9 @@ SUCCEEDED_RETENTION_DEFAULT: float = setting_default("retention_succeeded_second
 CANCELLED_RETENTION_DEFAULT: float = setting_default("retention_cancelled_seconds")
 DEAD_RETENTION_DEFAULT: float = setting_default("retention_dead_seconds")
 THROUGHPUT_RETENTION_DEFAULT: float = setting_default("retention_throughput_seconds")
+# An ordering key's row (its lock, migration 0021) is deleted this long after its last use, when
+# none of its jobs is open; the next enqueue of the key makes it again.
+ORDERING_KEY_IDLE_SECONDS = 3600.0
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,8 @@ class PruneCounts:
     jobs: int
     throughput_rows: int
     flow_rows: int = 0
+    # Workflows whose steps are all gone, ordering keys idle with no open job (migration 0021).
+    composing_rows: int = 0
 
 
 class Pruner(BatchLoop[PrunerConfig]):
@@ -69,9 +74,14 @@ class Pruner(BatchLoop[PrunerConfig]):
         flow_rows = await self.services.limits.prune_state(
             batch_size=self.config.batch_size, now=now
         )
-        return PruneCounts(jobs=pruned, throughput_rows=minutes, flow_rows=flow_rows)
+        composing = await self.services.workflows.prune(
+            batch_size=self.config.batch_size, idle_key_seconds=ORDERING_KEY_IDLE_SECONDS, now=now
+        )
+        return PruneCounts(
+            jobs=pruned, throughput_rows=minutes, flow_rows=flow_rows, composing_rows=composing
+        )
 
     async def run_batch(self) -> int:
         """One batch; answers the larger of the two counts (a full batch means: run again)."""
         counts = await self.run_once()
-        return max(counts.jobs, counts.throughput_rows, counts.flow_rows)
+        return max(counts.jobs, counts.throughput_rows, counts.flow_rows, counts.composing_rows)

@@ -32,7 +32,8 @@ def parents_summary(outcomes: Sequence[ParentOutcome]) -> dict[str, Any]:
     return {
         "total": len(outcomes),
         **counts,
-        "failed_ids": [o.id for o in outcomes if o.status in ("dead", "cancelled", "deleted")],
+        # A parent gone (pruned after it ended, or deleted) is told as "deleted": not a failure.
+        "failed_ids": [o.id for o in outcomes if o.status in ("dead", "cancelled")],
         "jobs": [
             {
                 "id": o.id,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 
 from app.domain.bounds import valid_id
 from app.domain.records import Job, StepMoved, Workflow
@@ -82,6 +83,21 @@ class WorkflowService:
         )
         self.events.wake_queues(r.queue for r in created if r.status == JobStatus.PENDING)
         return WorkflowView(workflow, created)
+
+    async def prune(
+        self, *, batch_size: int, idle_key_seconds: float, now: datetime | None = None
+    ) -> int:
+        """Deletes a batch of workflows whose steps are all gone, and one of ordering keys idle
+        for ``idle_key_seconds`` with no open job; answers the larger count."""
+        async for attempt in self.unit.ops():
+            async with attempt as conn:
+                workflows = await self.stores.workflows.workflow_prune(
+                    conn, older_than_seconds=0, batch_size=batch_size, now=now
+                )
+                keys = await self.stores.workflows.ordering_key_prune(
+                    conn, older_than_seconds=idle_key_seconds, batch_size=batch_size, now=now
+                )
+        return max(workflows, keys)
 
     async def get(self, workflow_id: int) -> WorkflowView:
         """A workflow and its steps; ``NotFound`` for an unknown id."""
