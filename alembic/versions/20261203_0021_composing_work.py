@@ -157,6 +157,22 @@ BEGIN
 END $$
 """
 
+# A waiting job the trigger below made due: its history says after which job, and a pending one
+# is announced on jobq_wakeup as jobq.enqueue() announces (sender "sql"), so waiting claims on
+# every instance wake at once (the NOTIFY is sent at commit, dropped on rollback).
+_LINKED_READY = """
+CREATE FUNCTION jobq_linked_ready(ready_id bigint, ready_queue text, ready_status text,
+                                  after_id bigint)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO job_events (job_id, kind, data)
+    VALUES (ready_id, 'ready', jsonb_build_object('after', after_id, 'status', ready_status));
+    IF ready_status = 'pending' THEN
+        PERFORM pg_notify('jobq_wakeup', 'sql 1 ' || ready_queue);
+    END IF;
+END $$
+"""
+
 _LINKED_SETTLED = """
 CREATE FUNCTION jobq_linked_settled() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
@@ -205,12 +221,7 @@ BEGIN
                     AND NOT (c.on_parent_failure = 'run' AND p.status IN ('dead', 'cancelled')))
             RETURNING c.id, c.queue, c.status INTO moved;
             IF FOUND THEN
-                INSERT INTO job_events (job_id, kind, data)
-                VALUES (moved.id, 'ready', jsonb_build_object(
-                    'after', j.id, 'status', moved.status));
-                IF moved.status = 'pending' THEN
-                    PERFORM pg_notify('jobq_wakeup', 'sql 1 ' || moved.queue);
-                END IF;
+                PERFORM jobq_linked_ready(moved.id, moved.queue, moved.status, j.id);
             END IF;
         END LOOP;
     END IF;
@@ -234,12 +245,7 @@ BEGIN
               AND c.status = 'waiting'
             RETURNING c.id, c.queue, c.status INTO moved;
             IF FOUND THEN
-                INSERT INTO job_events (job_id, kind, data)
-                VALUES (moved.id, 'ready', jsonb_build_object(
-                    'after', j.id, 'status', moved.status));
-                IF moved.status = 'pending' THEN
-                    PERFORM pg_notify('jobq_wakeup', 'sql 1 ' || moved.queue);
-                END IF;
+                PERFORM jobq_linked_ready(moved.id, moved.queue, moved.status, j.id);
             END IF;
         END IF;
     END IF;
@@ -328,6 +334,7 @@ def upgrade() -> None:
 
     op.execute(_LINKED_INSERTED)
     op.execute(_LINKED_REOPENED)
+    op.execute(_LINKED_READY)
     op.execute(_LINKED_SETTLED)
     op.execute(
         "CREATE TRIGGER jobs_linked_inserted BEFORE INSERT ON jobs FOR EACH ROW "
@@ -360,6 +367,7 @@ def downgrade() -> None:
     op.execute("DROP TRIGGER jobs_linked_reopened ON jobs")
     op.execute("DROP TRIGGER jobs_linked_inserted ON jobs")
     op.execute("DROP FUNCTION jobq_linked_settled()")
+    op.execute("DROP FUNCTION jobq_linked_ready(bigint, text, text, bigint)")
     op.execute("DROP FUNCTION jobq_linked_reopened()")
     op.execute("DROP FUNCTION jobq_linked_inserted()")
     op.execute("DELETE FROM audit_log WHERE action IN ('workflow.cancel', 'workflow.retry')")

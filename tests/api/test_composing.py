@@ -6,12 +6,16 @@ the real database. Each refusal is a 422 problem naming the field.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.api.helpers import claim, enqueue, get_job, lease, lease_call, running_app
+from tests.api.test_longpoll import parked
+from tests.polling import poll_until
 
 
 async def _run(client: httpx.AsyncClient, queue: str, *, ok: bool = True, **extra: Any) -> Any:
@@ -201,3 +205,20 @@ async def test_a_scoped_key_cannot_name_or_learn_of_a_parent_outside_its_queues(
     r = await anonymous.post("/v1/jobs", json=body, headers=scoped)
     assert _field(r) == "body.depends_on[0]"
     assert r.json()["detail"] == f"depends_on names job {hidden}, which does not exist"
+
+
+async def test_a_claim_waiting_on_the_childs_queue_wakes_when_the_last_parent_succeeds(
+    database_url: str, clean_db: AsyncEngine
+) -> None:
+    """The trigger announces the child on jobq_wakeup: the long poll needs no backstop tick
+    (running_app's backstop is far longer than this wait)."""
+    async with running_app(database_url) as client:
+        parent = await enqueue(client, queue="p")
+        child = await enqueue(client, queue="c", depends_on=[parent["id"]])
+        waiting = asyncio.create_task(claim(client, queues=["c"], wait_seconds=10))
+        await poll_until(parked(client), within=5)
+        started = time.monotonic()
+        await _run(client, "p")
+        [claimed] = await asyncio.wait_for(waiting, 10)
+        assert claimed["id"] == child["id"]
+        assert time.monotonic() - started < 5

@@ -72,6 +72,7 @@ def test_upgrade_downgrade_upgrade_round_trip(empty_database: str) -> None:
         "jobq_events_truncated",
         "jobq_linked_inserted",
         "jobq_linked_reopened",
+        "jobq_linked_ready",
         "jobq_linked_settled",
     }
     downgrade(empty_database, "base")
