@@ -164,15 +164,24 @@ JobIds = list[Annotated[int, Field(ge=1, le=MAX_BIGINT)]]
 
 
 class Blocker(BaseModel):
-    """One reason a pending job is not running."""
+    """One reason a pending or waiting job is not running."""
 
-    kind: Literal["queue_paused", "key_limit", "key_rate", "queue_limit", "queue_rate", "no_worker"]
+    kind: Literal[
+        "queue_paused",
+        "key_limit",
+        "key_rate",
+        "queue_limit",
+        "queue_rate",
+        "no_worker",
+        "parents",
+        "ordering_key",
+    ]
     message: str = Field(description='In words, e.g. "key customer:42 at 2/2".')
     until: datetime | None = Field(description="When an empty rate bucket has a token again.")
 
 
 class JobBlockers(BaseModel):
-    """What holds a job back now: empty unless it is pending."""
+    """What holds a job back now: empty unless it is pending or waiting."""
 
     job_id: int
     status: str

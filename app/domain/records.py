@@ -457,6 +457,10 @@ class JobBlockers(Record):
     queue_max_running: int | None
     queue_blocked_until: datetime | None
     live_workers: int
+    # A waiting job's (migration 0021): its unfinished parents, its key's job that goes first.
+    parents_open: list[int] | None = None
+    ordering_key: str | None = None
+    ordering_ahead: int | None = None
 
 
 @dataclass(slots=True)

@@ -321,8 +321,9 @@ class AuditFilter:
 
 @dataclass(frozen=True)
 class Blocker:
-    """One reason a due job is not running: ``kind`` is queue_paused, key_limit, key_rate,
-    queue_limit, queue_rate or no_worker; ``until`` when a rate bucket refills."""
+    """One reason a job is not running: ``kind`` is queue_paused, key_limit, key_rate,
+    queue_limit, queue_rate or no_worker (a due job), parents or ordering_key (a waiting one);
+    ``until`` when a rate bucket refills."""
 
     kind: str
     message: str

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from app.domain.blockers import blockers_of
 from app.domain.bounds import valid_id
 from app.domain.records import (
     AuditEntry,
@@ -134,7 +135,7 @@ class OpsService:
 
     async def blockers(self, job_id: int) -> tuple[JobBlockers, list[Blocker]]:
         """What the blockers were read from (the job's id, status and queue among them), and
-        what holds the job back now if it is pending (nothing for other states)."""
+        what holds the job back now if it is pending or waiting (nothing for other states)."""
         if not valid_id(job_id):
             raise NotFound(f"job {job_id} not found")
         async for attempt in self.unit.ops():
@@ -144,7 +145,7 @@ class OpsService:
                 )
         if row is None:
             raise NotFound(f"job {job_id} not found")
-        return row, (_blockers(row) if row.status == JobStatus.PENDING else [])
+        return row, blockers_of(row)
 
     # -- bulk actions ------------------------------------------------------------------------
 
@@ -451,49 +452,3 @@ class OpsService:
                 rows = await self.stores.audit.audit_list(conn, where=where)
         next_cursor = encode_cursor(rows[limit - 1].id) if len(rows) > limit else None
         return rows[:limit], next_cursor
-
-
-def _blockers(row: JobBlockers) -> list[Blocker]:
-    """A pending job's blockers, as the claim would meet them: the queue's switch, the key's and
-    the queue's limits, then whether any live worker asks for the queue at all."""
-    found: list[Blocker] = []
-    if row.queue_paused:
-        found.append(Blocker("queue_paused", f"queue {row.queue} is paused"))
-    if row.concurrency_key is not None:
-        key = row.concurrency_key
-        if row.key_max_running is not None and (row.key_running or 0) >= row.key_max_running:
-            found.append(
-                Blocker("key_limit", f"key {key} at {row.key_running}/{row.key_max_running}")
-            )
-        if row.key_blocked_until is not None:
-            found.append(
-                Blocker(
-                    "key_rate",
-                    f"key {key} has no rate budget until {row.key_blocked_until.isoformat()}",
-                    row.key_blocked_until,
-                )
-            )
-    if row.queue_max_running is not None and (row.queue_running or 0) >= row.queue_max_running:
-        found.append(
-            Blocker(
-                "queue_limit",
-                f"queue {row.queue} at {row.queue_running}/{row.queue_max_running}",
-            )
-        )
-    if row.queue_blocked_until is not None:
-        found.append(
-            Blocker(
-                "queue_rate",
-                f"queue {row.queue} has no rate budget until {row.queue_blocked_until.isoformat()}",
-                row.queue_blocked_until,
-            )
-        )
-    if row.live_workers == 0:
-        found.append(
-            Blocker(
-                "no_worker",
-                f"no live worker polls queue {row.queue} (none seen claiming in the last "
-                f"{WORKER_LIVE_SECONDS:.0f} s)",
-            )
-        )
-    return found

@@ -222,3 +222,28 @@ async def test_a_claim_waiting_on_the_childs_queue_wakes_when_the_last_parent_su
         [claimed] = await asyncio.wait_for(waiting, 10)
         assert claimed["id"] == child["id"]
         assert time.monotonic() - started < 5
+
+
+async def test_a_waiting_job_says_what_it_waits_for(client: httpx.AsyncClient) -> None:
+    first = await enqueue(client, queue="w")
+    second = await enqueue(client, queue="w")
+    child = await enqueue(client, queue="w", depends_on=[first["id"], second["id"]])
+    head = await enqueue(client, queue="w", ordering_key="k")
+    behind = await enqueue(client, queue="w", ordering_key="k")
+
+    r = await client.get(f"/v1/jobs/{child['id']}/blockers")
+    assert r.json()["blockers"] == [
+        {
+            "kind": "parents",
+            "message": f"waits for 2 unfinished job(s): {first['id']}, {second['id']}",
+            "until": None,
+        }
+    ]
+    r = await client.get(f"/v1/jobs/{behind['id']}/blockers")
+    assert r.json()["blockers"] == [
+        {
+            "kind": "ordering_key",
+            "message": f"job {head['id']} of ordering key k runs first",
+            "until": None,
+        }
+    ]

@@ -791,8 +791,17 @@ SELECT false AS changed, target.status AS status_before, target.*
 FROM target WHERE NOT EXISTS (SELECT 1 FROM moved);
 
 -- name: job_blockers
--- What may hold one job back now: its queue paused; its key's or queue's running slots full or rate bucket empty (as the claim last left their flow_state rows); how many workers seen in the last :live_seconds poll its queue.
-SELECT j.id, j.status, j.queue, j.concurrency_key, j.run_at,
+-- What may hold one job back now: its queue paused; its key's or queue's running slots full or rate bucket empty (as the claim last left their flow_state rows); how many workers seen in the last :live_seconds poll its queue; for a waiting job, its unfinished parents and the job of its ordering key that goes first.
+SELECT j.id, j.status, j.queue, j.concurrency_key, j.run_at, j.ordering_key,
+       (SELECT array_agg(p.id ORDER BY p.id) FROM jobs p
+        WHERE j.status = 'waiting' AND p.id = ANY (j.depends_on)
+          AND p.status NOT IN ('succeeded', 'dead', 'cancelled')) AS parents_open,
+       -- The key's head (its open job that is not waiting), else the earliest open one.
+       (SELECT o.id FROM jobs o
+        WHERE j.status = 'waiting' AND o.queue = j.queue AND o.ordering_key = j.ordering_key
+          AND o.id <> j.id AND o.status IN ('waiting', 'scheduled', 'pending', 'running')
+        ORDER BY o.status = 'waiting', o.id
+        LIMIT 1) AS ordering_ahead,
        COALESCE(q.paused, false) AS queue_paused,
        ks.running AS key_running, ks.max_running AS key_max_running,
        CASE WHEN ks.blocked_until > now() THEN ks.blocked_until END AS key_blocked_until,
