@@ -47,7 +47,7 @@ def _ops_outcome(rows: Sequence[Row]) -> OpsOutcome | None:
 
 def enqueue_params(job: NewJob) -> dict[str, Any]:
     """A job as the enqueue statements read it (job_enqueue, schedule_run_enqueue)."""
-    return {
+    params: dict[str, Any] = {
         "queue": job.queue,
         "type": job.type,
         "payload": job.payload,
@@ -60,15 +60,21 @@ def enqueue_params(job: NewJob) -> dict[str, Any]:
         "idempotency_key": job.idempotency_key,
         "concurrency_key": job.concurrency_key,
         "traceparent": job.traceparent,
-        "depends_on": job.depends_on,
-        "on_parent_failure": job.on_parent_failure,
-        "ordering_key": job.ordering_key,
-        "id": job.id,
-        "workflow_id": job.workflow_id,
-        "workflow_step": job.workflow_step,
-        "has_dependents": job.has_dependents,
         "idempotency_hash": job.fingerprint if job.idempotency_key is not None else None,
     }
+    # Composing work (migration 0021): sent only when set, so a plain job's items stay as small
+    # as before (the statement reads an absent key as NULL).
+    if job.depends_on is not None:
+        params["depends_on"] = job.depends_on
+        params["on_parent_failure"] = job.on_parent_failure
+    if job.ordering_key is not None:
+        params["ordering_key"] = job.ordering_key
+    if job.workflow_id is not None:
+        params["id"] = job.id
+        params["workflow_id"] = job.workflow_id
+        params["workflow_step"] = job.workflow_step
+        params["has_dependents"] = job.has_dependents
+    return params
 
 
 def _lease_params(item: LeaseUpdate) -> dict[str, Any]:
