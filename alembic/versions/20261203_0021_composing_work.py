@@ -210,14 +210,19 @@ BEGIN
                 END IF;
             END IF;
             -- Read after the lock: every parent finish committed before it is seen here.
+            -- Parents are looked at newest first, one index probe each, stopping at the first
+            -- one still open: parents mostly end in the order they were claimed, so a fan-in's
+            -- finishes each cost a probe or two, not one per parent.
             UPDATE jobs c
             SET status = CASE WHEN c.run_at > now() THEN 'scheduled' ELSE 'pending' END,
                 updated_at = now()
             WHERE c.id = child AND c.status = 'waiting'
               AND NOT EXISTS (
-                  SELECT 1 FROM jobs p
-                  WHERE p.id = ANY (c.depends_on)
-                    AND p.status <> 'succeeded'
+                  SELECT 1
+                  FROM generate_subscripts(c.depends_on, 1, true) AS s(i)
+                  CROSS JOIN LATERAL (SELECT p.status FROM jobs p
+                                      WHERE p.id = c.depends_on[s.i]) p
+                  WHERE p.status <> 'succeeded'
                     AND NOT (c.on_parent_failure = 'run' AND p.status IN ('dead', 'cancelled')))
             RETURNING c.id, c.queue, c.status INTO moved;
             IF FOUND THEN
