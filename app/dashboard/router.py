@@ -39,6 +39,7 @@ from app.dashboard.pages import (
     queues,
     schedules,
     workers,
+    workflow,
 )
 from app.dashboard.signin import SignIn
 from app.settings import Settings
@@ -52,6 +53,7 @@ PAGES: tuple[tuple[Route, ...], ...] = (
     queues.ROUTES,
     jobs.ROUTES,
     job.ROUTES,
+    workflow.ROUTES,
     workers.ROUTES,
     failures.ROUTES,
     limits.ROUTES,

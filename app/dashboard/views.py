@@ -295,6 +295,12 @@ def timeline(events: Iterable[Any]) -> list[TimelineEvent]:
             ran = data.get("ran_seconds")
             took = f" in {human_seconds(ran)}" if isinstance(ran, int | float) else ""
             kind, what = "finished", f"{attempt} completed{took}"
+        elif e.kind == "ready":
+            kind = "scheduled"
+            what = f"job {data.get('after', '?')} ended: moved to {data.get('status', 'pending')}"
+        elif e.kind == "cancelled" and data.get("parent_id") is not None:
+            kind = "dead"
+            what = f"cancelled: parent job {data['parent_id']} ended {data.get('parent_status')}"
         elif e.kind == "cancelled":
             before = data.get("status_before")
             kind, what = (

@@ -1,4 +1,10 @@
-"""One job (``/dashboard/jobs/{id}``): payload, result, errors, lease and timeline; cancel and retry."""
+"""One job (``/dashboard/jobs/{id}``): payload, result, errors, lease and timeline; cancel and retry.
+
+A job of a workflow links to the workflow's page; a job with parents (``depends_on``) links to
+each (their states read in one search, within the visitor's key's queues). A pending or waiting
+job says what holds it back: its blockers, as ``GET /v1/jobs/{id}/blockers`` tells them (for a
+waiting job, its unfinished parents or the job of its ordering key that goes first).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ from typing import Any
 
 from fastapi import Response
 
+from app.api.filters import job_search
 from app.auth.keys import like_pattern
 from app.dashboard import views
 from app.dashboard.base import PREFIX, job_id
@@ -19,6 +26,8 @@ from app.errors import Forbidden, InvalidTransition
 
 # The job page shows this much of a job's history; GET /v1/jobs/{id}/events pages through all.
 HISTORY_SHOWN = 300
+# The job page lists this many of a job's parents (depends_on takes up to depends_on_max).
+PARENTS_SHOWN = 100
 
 
 async def _job(call: Call) -> dict[str, Any]:
@@ -42,12 +51,13 @@ async def job(call: Call) -> Response:
                 break
     events, more = await call.services.history.events(row["id"], after=None, limit=HISTORY_SHOWN)
     blockers: list[Blocker] = []
-    if row["status"] == JobStatus.PENDING:
+    if row["status"] in (JobStatus.PENDING, JobStatus.WAITING):
         _, blockers = await call.services.ops.blockers(row["id"])
     moved_at = max(
         (t for t in (row.get("progress_at"), row.get("started_at")) if t is not None),
         default=None,
     )
+    parents = await _parents(call, row)
     stuck_after = call.settings.stuck_after_seconds
     stuck = (
         row["status"] == JobStatus.RUNNING
@@ -64,10 +74,25 @@ async def job(call: Call) -> Response:
         timeline=views.timeline(events),
         timeline_more=more is not None,
         blockers=blockers,
+        parents=parents,
+        parents_more=max(0, len(row.get("depends_on") or ()) - PARENTS_SHOWN),
         moved_at=moved_at,
         stuck=stuck,
         stuck_after=stuck_after,
     )
+
+
+async def _parents(call: Call, row: dict[str, Any]) -> list[dict[str, Any]]:
+    """The first of the job's parents, each with its state (``None``: gone, or in a queue the
+    visitor's key does not cover)."""
+    ids = list(row.get("depends_on") or ())[:PARENTS_SHOWN]
+    if not ids:
+        return []
+    search = job_search(call.caller.principal, prefix="", ids=ids)
+    found, _ = await call.services.ops.search(search, limit=len(ids), after=None)
+    state = {j.id: ("retrying" if j.retrying else j.status) for j in found}
+    step = {j.id: j.workflow_step for j in found}
+    return [{"id": i, "state": state.get(i), "step": step.get(i)} for i in ids]
 
 
 async def job_cancel(call: Call) -> Response:

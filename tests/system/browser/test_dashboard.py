@@ -123,6 +123,37 @@ async def seed_tour(dashboard: Dashboard) -> dict[str, Any]:
     return dead
 
 
+async def seed_workflow(dashboard: Dashboard) -> dict[str, Any]:
+    """A nightly ETL workflow: both extracts succeeded, the join running, the rest waiting."""
+    steps = [
+        {"name": "extract-orders", "queue": "etl", "type": "extract"},
+        {"name": "extract-refunds", "queue": "etl", "type": "extract"},
+        {
+            "name": "join",
+            "after": ["extract-orders", "extract-refunds"],
+            "queue": "etl",
+            "type": "join",
+        },
+        {"name": "load-warehouse", "after": ["join"], "queue": "etl", "type": "load"},
+        {"name": "sales-report", "after": ["join"], "queue": "reports", "type": "monthly"},
+        {
+            "name": "notify-finance",
+            "after": ["load-warehouse", "sales-report"],
+            "queue": "emails",
+            "type": "notify",
+        },
+    ]
+    r = await dashboard.api.post("/v1/workflows", json={"name": "nightly-sales", "steps": steps})
+    assert r.status_code == 201, r.text
+    extracts = await claim(dashboard.api, "etl", worker="etl-1:3100", max_jobs=2)
+    assert {j["type"] for j in extracts} == {"extract"}
+    await lease_call(dashboard.api, "complete", "etl-1:3100", [lease(j) for j in extracts])
+    (join,) = await claim(dashboard.api, "etl", worker="etl-1:3100")
+    assert join["type"] == "join"
+    workflow: dict[str, Any] = r.json()
+    return workflow
+
+
 async def test_tour_of_every_page(dashboard: Dashboard, page: Page, steps: Steps) -> None:
     """Overview, jobs, a failed job, workers, failures, a queue and the overview on a phone render
     the seeded service (README screenshots)."""
@@ -173,6 +204,15 @@ async def test_tour_of_every_page(dashboard: Dashboard, page: Page, steps: Steps
     width = await page.evaluate("document.documentElement.scrollWidth")
     assert width <= 390, width
     await steps.readme(page, "overview-phone")
+
+    # A workflow part way through: two extracts done, the join running, the rest waiting.
+    workflow = await seed_workflow(dashboard)
+    await page.set_viewport_size({"width": 1280, "height": 800})
+    await page.goto(f"/dashboard/workflows/{workflow['id']}")
+    await expect(page.locator("svg#workflow-graph g.wf-node")).to_have_count(6)
+    await expect(page.locator("svg#workflow-graph path.wf-edge")).to_have_count(6)
+    await expect(page.locator("#workflow-state")).to_have_text("running")
+    await steps.readme(page, "workflow")
 
 
 # -- 1. the overview's numbers are the seeded ones ------------------------------------------------
