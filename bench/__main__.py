@@ -6,6 +6,7 @@
     python -m bench --instances 2           # two `jobq serve` instances (scale-out)
     python -m bench --json bench.json       # also write every figure as JSON
     python -m bench --peers                 # also PGQueuer in process (pip install -e '.[bench]')
+    python -m bench --only chain,fanin      # only the composed-work rows (issue 21)
 
 It creates a fresh database (on the embedded PostgreSQL, or on ``--dsn``'s server, and drops it
 afterwards), migrates it, starts ``--instances`` real `jobq serve` processes on free ports and
@@ -18,6 +19,9 @@ database in the same run (median over ``--rounds``), with the servers' CPU per r
 process's share of the machine and commits (and statement calls, when ``pg_stat_statements`` is
 loaded) per job. With ``--peers`` each row also runs through PGQueuer in the load process, on a
 database of its own on the same server, and the table adds its jobs/s and jobq ÷ PGQueuer.
+Then the composed-work rows (``bench/composed_suite.py``): a 3-step chain (workflows a -> b -> c)
+and a 100-way fan-in (a batch of 100 with a callback), each against the application doing the
+same chaining and counting in raw SQL, with units/s, jobs/s and end-to-end latency p50/p95.
 Then: enqueue-to-claim latency with idle long-pollers, claim latency on an empty and on a long
 history (1,000,000 finished rows) with their ratio, and a soak with each instance's RSS growth
 and PostgreSQL's backends. Last, one client claims (max_jobs 1) and completes pre-loaded jobs,
@@ -25,7 +29,8 @@ each request timed, without API keys and then with an admin key: claim and compl
 the servers' CPU per request, with keys less without. Authentication never turns off in a
 running instance, so every round without keys runs before the key is made. Every run is
 verified against the database; a failed check is printed and the command exits 1. Speed is
-reported, never asserted.
+reported, never asserted. ``--only`` runs some of the sections (the table's rows, chain, fanin,
+latency, history, soak, auth) instead of all.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ from typing import Any
 
 import asyncpg
 
-from bench import report
+from bench import composed_suite, report
 from bench.harness import JobqProcess, database, jobq_process, raw_dsn
 from bench.suite import (
     HISTORY_TARGET_RATIO,
@@ -66,6 +71,8 @@ FULL = {
     "latency_jobs": 1000,
     "claim_samples": 2000,
     "auth_jobs": 2000,
+    "chains": 500,
+    "fanins": 30,
 }
 SMOKE = {
     "jobs": 600,
@@ -75,7 +82,11 @@ SMOKE = {
     "latency_jobs": 60,
     "claim_samples": 200,
     "auth_jobs": 300,
+    "chains": 40,
+    "fanins": 4,
 }
+# What --only may name, in the order they run.
+SECTIONS = ("rows", "chain", "fanin", "latency", "history", "soak", "auth")
 PG_SETTINGS = ("server_version", "synchronous_commit", "fsync", "shared_buffers", "max_connections")
 
 
@@ -101,6 +112,19 @@ def parser() -> argparse.ArgumentParser:
         help="claim+complete pairs per run, without and with API keys (default 2000; smoke 300)",
     )
     p.add_argument(
+        "--chains", type=int, help="workflows a->b->c per chain run (default 500; smoke 40)"
+    )
+    p.add_argument(
+        "--fanins",
+        type=int,
+        help="batches of 100 jobs with a callback per fan-in run (default 30; smoke 4)",
+    )
+    p.add_argument(
+        "--only",
+        type=sections,
+        help=f"comma-separated sections to run, of: {','.join(SECTIONS)} (default: all)",
+    )
+    p.add_argument(
         "--settle-seconds",
         type=float,
         help=f"wait for PostgreSQL's statistics before reading commits (default "
@@ -113,6 +137,18 @@ def parser() -> argparse.ArgumentParser:
         help="also run every table row through PGQueuer in process (pip install -e '.[bench]')",
     )
     return p
+
+
+def sections(text: str) -> tuple[str, ...]:
+    """``--only``'s value: known section names, in the order they run."""
+    named = {name.strip() for name in text.split(",") if name.strip()}
+    if unknown := named - set(SECTIONS):
+        raise argparse.ArgumentTypeError(
+            f"unknown section(s) {', '.join(sorted(unknown))}; choose from {', '.join(SECTIONS)}"
+        )
+    if not named:
+        raise argparse.ArgumentTypeError("name at least one section")
+    return tuple(name for name in SECTIONS if name in named)
 
 
 def pgqueuer_version() -> str:
@@ -143,6 +179,7 @@ def options_from(args: argparse.Namespace) -> Options:
         ),
         smoke=args.smoke,
         peers=args.peers,
+        sections=args.only or SECTIONS,
     )
 
 
@@ -191,6 +228,10 @@ def print_settings(settings: dict[str, Any]) -> None:
         f"({o['auth_jobs']:,} jobs) without and with API keys"
     )
     pgss = settings["pg_stat_statements"]
+    print(
+        f"  composed: {o['chains']:,} chains a->b->c and {o['fanins']:,} fan-ins of "
+        f"{composed_suite.FAN} per run; sections {','.join(o['sections'])}"
+    )
     print(f"  pg_stat_statements: {'available' if pgss is None else f'unavailable ({pgss})'}")
     peers = settings["peers"]
     if peers:
@@ -206,7 +247,11 @@ def print_results(document: dict[str, Any]) -> None:
     print()
     pgss = document["settings"]["pg_stat_statements"]
     peers = document["settings"]["peers"]
-    print(report.table(document["rows"], with_calls=pgss is None, with_peers=bool(peers)))
+    if document["rows"]:
+        print(report.table(document["rows"], with_calls=pgss is None, with_peers=bool(peers)))
+    if document["composed"]:
+        print()
+        print("\n".join(composed_suite.lines(document["composed"])))
     latency = document["latency"]
     if latency:
         print()
@@ -261,7 +306,7 @@ def print_results(document: dict[str, Any]) -> None:
         print("\n".join(report.auth_lines(document["auth"])))
     o = document["settings"]["options"]
     background = document["settings"]["background"]
-    if o["settle_seconds"] > 0:
+    if o["settle_seconds"] > 0 and background:
         commits_note = (
             "pg_stat_database.xact_commit before and after each row's first round, each read "
             f"after waiting {o['settle_seconds']:g} s for PostgreSQL to flush its statistics, less "
@@ -343,7 +388,9 @@ async def run(url: str, server: str, args: argparse.Namespace, started: float) -
                 servers.append(await stack.enter_async_context(jobq_process(url)))
             suite = Suite(dsn=dsn, servers=servers, admin=admin, options=options, peer=peer)
             await suite.check_pg_stat_statements()
-            await suite.measure_background()
+            chosen = options.sections
+            if "rows" in chosen:  # only the table's rows read commits
+                await suite.measure_background()
             settings = {
                 "server": server,
                 "database": await admin.fetchval("SELECT current_database()"),
@@ -360,19 +407,30 @@ async def run(url: str, server: str, args: argparse.Namespace, started: float) -
             }
             print_settings(settings)
             rows = []
-            for row in ROWS:
+            for row in ROWS if "rows" in chosen else ():
                 print(f"{row.label}:", flush=True)
                 rows.append(await suite.run_row(row))
-            print("enqueue->claim latency, claim latency on a long history, soak:", flush=True)
-            latency = await suite.latency()
-            history = await suite.history()
-            soak = await suite.soak()
-            # Last: once it has made a key, every instance wants it until it stops.
-            print("claim and complete latency without and with API keys:", flush=True)
-            auth = await suite.auth()
+            composed = []
+            for spec, units in zip(
+                composed_suite.COMPOSED_ROWS, (options.chains, options.fanins), strict=True
+            ):
+                if spec.workload in chosen and units > 0:
+                    print(f"{spec.label} ({units:,} {spec.unit} per run):", flush=True)
+                    composed.append(await composed_suite.run_row(suite, spec, units))
+            if {"latency", "history", "soak"} & set(chosen):
+                print("enqueue->claim latency, claim latency on a long history, soak:", flush=True)
+            latency = await suite.latency() if "latency" in chosen else {}
+            history = await suite.history() if "history" in chosen else {}
+            soak = await suite.soak() if "soak" in chosen else {}
+            auth: dict[str, Any] = {}
+            if "auth" in chosen:
+                # Last: once it has made a key, every instance wants it until it stops.
+                print("claim and complete latency without and with API keys:", flush=True)
+                auth = await suite.auth()
             document = {
                 "settings": settings,
                 "rows": rows,
+                "composed": composed,
                 "latency": latency,
                 "history": history,
                 "soak": soak,

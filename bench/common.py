@@ -1,12 +1,14 @@
 """What every workload shares: the meter of its timed section, its errors, job numbers, the job's type.
 
 The lowest of bench's modules: it imports none of the others, so the load process
-(``bench/load.py``), the HTTP workloads (``bench/workloads.py``), the raw-SQL baseline
-(``bench/baseline.py``) and PGQueuer's (``bench/peers.py``) all point down to it.
+(``bench/load.py``), the HTTP workloads (``bench/workloads.py``, ``bench/composed.py``), the
+raw-SQL baselines (``bench/baseline.py``, ``bench/composed_raw.py``) and PGQueuer's
+(``bench/peers.py``) all point down to it. :class:`Flows` times composed units end to end.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -81,3 +83,33 @@ class Counter:
 
 
 Workload = Callable[[dict[str, Any], Meter, Errors], Awaitable[dict[str, Any]]]
+
+
+class Flows:
+    """Units of composed work (a workflow, a batch with its callback) in flight: each one's end.
+
+    A producer sends a unit and waits on :meth:`ended` for the time its last job was completed;
+    the worker that completed it calls :meth:`end` with the unit's key. Either may come first:
+    a fast worker can finish a unit before its producer has read the answer that names it.
+    """
+
+    def __init__(self) -> None:
+        self._ends: dict[Any, asyncio.Future[float]] = {}
+
+    def _future(self, key: Any) -> asyncio.Future[float]:
+        future = self._ends.get(key)
+        if future is None:
+            future = self._ends[key] = asyncio.get_running_loop().create_future()
+        return future
+
+    def end(self, key: Any) -> bool:
+        """Records that unit ``key`` ended now; False when it had ended already (a duplicate)."""
+        future = self._future(key)
+        if future.done():
+            return False
+        future.set_result(time.perf_counter())
+        return True
+
+    async def ended(self, key: Any, timeout: float) -> float:  # noqa: ASYNC109
+        """``perf_counter()`` when unit ``key`` ended; raises ``TimeoutError`` after ``timeout``."""
+        return await asyncio.wait_for(asyncio.shield(self._future(key)), timeout)

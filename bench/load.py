@@ -5,8 +5,9 @@
 ``python -m bench`` starts this as a subprocess for every run, so the load is generated neither
 by the orchestrator nor by the server. Workloads: ``enqueue``, ``drain``, ``latency``,
 ``claim-latency``, ``lease-latency`` and ``soak`` over HTTP (``bench/workloads.py``; each
-sends ``api_key`` as a bearer token when given); ``raw-enqueue`` and ``raw-drain`` over asyncpg
-(``bench/baseline.py``); ``pgqueuer-enqueue`` and ``pgqueuer-drain`` through PGQueuer in this
+sends ``api_key`` as a bearer token when given); ``chain`` and ``fanin`` over HTTP
+(``bench/composed.py``); ``raw-enqueue`` and ``raw-drain`` over asyncpg (``bench/baseline.py``);
+``raw-chain`` and ``raw-fanin`` over asyncpg (``bench/composed_raw.py``); ``pgqueuer-enqueue`` and ``pgqueuer-drain`` through PGQueuer in this
 process (``bench/peers.py``, for ``python -m bench --peers``). The answer, one JSON object on
 stdout, holds the workload's own figures plus, over its timed section, the wall seconds, this
 process's CPU seconds and the CPU seconds of the server processes named in ``server_pids``
@@ -27,7 +28,7 @@ from bench.common import Errors, Meter, Workload
 
 def workloads() -> dict[str, Workload]:
     """Every workload by name (imported here so each process loads only what it runs)."""
-    from bench import baseline, workloads
+    from bench import baseline, composed, composed_raw, workloads
 
     return {
         "enqueue": workloads.enqueue,
@@ -36,8 +37,12 @@ def workloads() -> dict[str, Workload]:
         "claim-latency": workloads.claim_latency,
         "lease-latency": workloads.lease_latency,
         "soak": workloads.soak,
+        "chain": composed.chain,
+        "fanin": composed.fanin,
         "raw-enqueue": baseline.enqueue,
         "raw-drain": baseline.drain,
+        "raw-chain": composed_raw.chain,
+        "raw-fanin": composed_raw.fanin,
         "pgqueuer-enqueue": pgqueuer_enqueue,
         "pgqueuer-drain": pgqueuer_drain,
     }

@@ -76,6 +76,11 @@ def table(rows: Sequence[Mapping[str, Any]], *, with_calls: bool, with_peers: bo
                 pair(number(jobq.get("calls_per_job"), 2), number(raw.get("calls_per_job"), 2))
             )
         lines.append(line)
+    return grid(columns, lines)
+
+
+def grid(columns: Sequence[tuple[str, str]], lines: Sequence[Sequence[str]]) -> str:
+    """A header of ``(title, alignment)`` columns, a rule, and one line per row of cells."""
     widths = [
         max(len(title), *(len(line[i]) for line in lines)) if lines else len(title)
         for i, (title, _) in enumerate(columns)

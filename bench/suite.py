@@ -94,6 +94,9 @@ class Options:
     settle_seconds: float  # 0: do not read xact_commit / pg_stat_statements
     smoke: bool
     peers: bool = False  # also run every row through PGQueuer (bench/peers.py)
+    chains: int = 0  # workflows a -> b -> c per run of the chain row (bench/composed_suite.py)
+    fanins: int = 0  # batches of 100 with a callback per run of the fan-in row
+    sections: tuple[str, ...] = ()  # what to run (SECTIONS in bench/__main__.py); empty: all
 
 
 @dataclass(frozen=True)

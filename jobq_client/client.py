@@ -15,7 +15,17 @@ from urllib.parse import quote
 import httpx
 
 from jobq_client import tracing
-from jobq_client.errors import JobqError, WaitTimeout
+from jobq_client.composing import (
+    WORKFLOW_FINISHED,
+    Callback,
+    EnqueuedBatch,
+    OnParentFailure,
+    Step,
+    drop_unset,
+    job_ids,
+    open_step_job,
+)
+from jobq_client.errors import JobqError, WaitTimeout, WorkflowWaitTimeout
 from jobq_client.retry import Backoff, describe, is_dropped, is_transient
 
 logger = logging.getLogger("jobq_client")
@@ -170,12 +180,23 @@ class Client:
         timeout_seconds: int | None = None,
         idempotency_key: str | None = None,
         concurrency_key: str | None = None,
+        depends_on: Sequence[int] | None = None,
+        on_parent_failure: OnParentFailure | None = None,
+        ordering_key: str | None = None,
     ) -> dict[str, Any]:
         """Enqueues one job; answers it (an idempotent replay answers the job it first created).
 
         ``concurrency_key`` groups jobs for the limits of :meth:`set_limit`. Without an
         ``idempotency_key`` the call makes one of its own, so that it can send the request
         again when the connection breaks before the answer without creating a second job.
+
+        ``depends_on`` (job ids) makes the job wait (status ``waiting``, never claimed) until
+        every one of those jobs has ended, then due; its handler reads them in
+        ``ctx.parents`` / ``ctx.parent_results``. ``on_parent_failure`` (needs ``depends_on``)
+        says what a parent ending dead or cancelled does: ``"cancel"`` this job too (the
+        service's default) or ``"run"`` it anyway. An unknown parent raises :class:`JobqError`
+        (422). ``ordering_key`` (not with ``depends_on``): the queue's jobs with that key run one
+        at a time, in enqueue order.
         """
         if idempotency_key is None:
             idempotency_key = new_idempotency_key()
@@ -193,28 +214,53 @@ class Client:
             "timeout_seconds": timeout_seconds,
             "idempotency_key": idempotency_key,
             "concurrency_key": concurrency_key,
+            "depends_on": job_ids(depends_on),
+            "on_parent_failure": on_parent_failure,
+            "ordering_key": ordering_key,
         }
-        body.update({k: v for k, v in optional.items() if v is not None})
+        body.update(drop_unset(optional))
         job: dict[str, Any] = await self._call("POST", "/v1/jobs", json=body, repeatable=True)
         return job
 
-    async def enqueue_batch(self, jobs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    async def enqueue_batch(
+        self,
+        jobs: Sequence[Mapping[str, Any]],
+        *,
+        callback: Callback | Mapping[str, Any] | None = None,
+    ) -> EnqueuedBatch:
         """Enqueues many jobs in one transaction (all or nothing); answers them in order.
 
-        A job without an ``idempotency_key`` gets one of its own, as in :meth:`enqueue`.
+        Each item takes the fields of :meth:`enqueue` (``type``, ``payload``, ``queue``, ...,
+        ``depends_on``, ``on_parent_failure``, ``ordering_key``). A job without an
+        ``idempotency_key`` gets one of its own, as in :meth:`enqueue`.
+
+        ``callback`` (a :class:`Callback`, or a dict of enqueue fields plus ``when``) adds one
+        job that waits for the whole batch: due once all of it succeeded (``when:
+        "all_succeeded"``, the default; cancelled when one ends dead or cancelled) or ended at
+        all (``"all_finished"``). Its handler finds the counts and the failed ids in
+        ``ctx.parents``. The answer is a list of the batch's jobs, as it always was, whose
+        ``callback`` attribute is the callback job (``None`` without one).
         """
-        items = [
-            {**job, "run_at": _jsonable_time(job["run_at"])}
-            if isinstance(job.get("run_at"), datetime)
-            else dict(job)
-            for job in jobs
-        ]
-        for item in items:
-            if item.get("idempotency_key") is None:
-                item["idempotency_key"] = new_idempotency_key()
-        answer = await self._call("POST", "/v1/jobs/batch", json={"jobs": items}, repeatable=True)
-        created: list[dict[str, Any]] = answer["jobs"]
-        return created
+        items = [self._batch_item(job) for job in jobs]
+        body: dict[str, Any] = {"jobs": items}
+        if callback is not None:
+            body["callback"] = self._batch_item(
+                callback.to_json() if isinstance(callback, Callback) else callback
+            )
+        answer = await self._call("POST", "/v1/jobs/batch", json=body, repeatable=True)
+        return EnqueuedBatch(answer["jobs"], answer.get("callback"))
+
+    @staticmethod
+    def _batch_item(job: Mapping[str, Any]) -> dict[str, Any]:
+        """One batch item as the wire takes it: ``run_at`` as text, ``depends_on`` as a list, a key."""
+        item = dict(job)
+        if isinstance(item.get("run_at"), datetime):
+            item["run_at"] = _jsonable_time(item["run_at"])
+        if item.get("depends_on") is not None:
+            item["depends_on"] = job_ids(item["depends_on"])
+        if item.get("idempotency_key") is None:
+            item["idempotency_key"] = new_idempotency_key()
+        return item
 
     async def get_job(self, job_id: int) -> dict[str, Any]:
         """One job by id (404 raises :class:`JobqError`)."""
@@ -351,6 +397,120 @@ class Client:
         """Moves a dead, cancelled or succeeded job back to pending; answers it."""
         job: dict[str, Any] = await self._call("POST", f"/v1/jobs/{int(job_id)}/retry")
         return job
+
+    # -- workflows ---------------------------------------------------------------------------
+
+    async def workflow(
+        self, name: str, steps: Sequence[Step | Mapping[str, Any]]
+    ) -> dict[str, Any]:
+        """Creates a workflow: every step's job in one transaction; answers the workflow.
+
+        ``steps``: :class:`Step` values or dicts with the same keys (``name``, ``type``,
+        ``after``: names of the steps it waits for, and any job field of :meth:`enqueue` but
+        ``idempotency_key``, ``depends_on`` and ``ordering_key``). Steps without ``after`` are due
+        at once; each other one waits until its parents end. A cycle, a duplicate or an unknown
+        step name raises :class:`JobqError` (422, naming the step) and creates nothing.
+
+        The answer: ``{"id", "name", "created_at", "created_by", "state", "counts", "steps":
+        [{"name", "after", "job"}]}``; ``state`` is ``running`` until every step ended, then
+        ``succeeded``, ``failed`` (a step dead) or ``cancelled``. Not sent again on a dropped
+        connection: a second request would be a second workflow.
+        """
+        body = {
+            "name": name,
+            "steps": [
+                step.to_json(_jsonable_time) if isinstance(step, Step) else self._step_item(step)
+                for step in steps
+            ],
+        }
+        workflow: dict[str, Any] = await self._call("POST", "/v1/workflows", json=body)
+        return workflow
+
+    @staticmethod
+    def _step_item(step: Mapping[str, Any]) -> dict[str, Any]:
+        item = dict(step)
+        if isinstance(item.get("run_at"), datetime):
+            item["run_at"] = _jsonable_time(item["run_at"])
+        if item.get("after") is not None:
+            item["after"] = list(item["after"])
+        return item
+
+    async def get_workflow(self, workflow_id: int) -> dict[str, Any]:
+        """One workflow with each step's job as it is now (404 raises :class:`JobqError`)."""
+        workflow: dict[str, Any] = await self._call("GET", f"/v1/workflows/{int(workflow_id)}")
+        return workflow
+
+    async def cancel_workflow(self, workflow_id: int) -> dict[str, Any]:
+        """Cancels every open step (a running one's lease ends at once).
+
+        Answers ``{"workflow_id", "changed": <steps moved>, "steps": {name: new state}}``.
+        """
+        change: dict[str, Any] = await self._call(
+            "POST", f"/v1/workflows/{int(workflow_id)}/cancel"
+        )
+        return change
+
+    async def retry_workflow(self, workflow_id: int) -> dict[str, Any]:
+        """Puts every dead or cancelled step back (attempts reset): due when its parents all
+        succeeded, waiting otherwise, so the graph resumes where it failed.
+
+        Answers ``{"workflow_id", "changed": <steps moved>, "steps": {name: new state}}``.
+        """
+        change: dict[str, Any] = await self._call("POST", f"/v1/workflows/{int(workflow_id)}/retry")
+        return change
+
+    async def wait_workflow(
+        self,
+        workflow_id: int,
+        *,
+        timeout: float,  # noqa: ASYNC109 - the wait's length, as in wait()
+        poll_seconds: float = WAIT_SECONDS_MAX,
+    ) -> dict[str, Any]:
+        """Waits until the workflow is no longer ``running``; answers it (look at ``state``).
+
+        Reads the workflow, then long-polls (as :meth:`wait`, rounds of at most
+        ``poll_seconds``) the job of its last open step, and reads the workflow again once that
+        job finished, until every step ended or ``timeout`` seconds have passed; a chain is
+        thus one long-poll, not a loop of reads. Raises :class:`WorkflowWaitTimeout` (a
+        ``TimeoutError``, carrying the workflow as last seen) when the time runs out: the
+        workflow goes on. Transient failures (5xx, 429, no connection) are retried with a
+        backoff within ``timeout``; other error answers raise :class:`JobqError` (404: no such
+        workflow).
+        """
+        if not timeout >= 0:
+            raise ValueError("timeout must be >= 0")
+        if not 0 < poll_seconds <= WAIT_SECONDS_MAX:
+            raise ValueError(f"poll_seconds must be in (0, {WAIT_SECONDS_MAX:g}]")
+        deadline = time.monotonic() + timeout
+        workflow: dict[str, Any] | None = None
+        failures = Backoff()
+        while True:
+            try:
+                workflow = await self.get_workflow(workflow_id)
+            except (JobqError, httpx.TransportError, ValueError) as exc:
+                if not is_transient(exc):
+                    raise
+                delay = failures.next()
+                if time.monotonic() + delay >= deadline:
+                    raise WorkflowWaitTimeout(workflow_id, timeout, workflow) from exc
+                await asyncio.sleep(delay)
+                continue
+            failures.reset()
+            if workflow["state"] in WORKFLOW_FINISHED:
+                return workflow
+            open_job = open_step_job(workflow)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise WorkflowWaitTimeout(workflow_id, timeout, workflow)
+            if open_job is None:  # every step ended between two reads: read again
+                continue
+            try:
+                await self.wait(open_job, timeout=remaining, poll_seconds=poll_seconds)
+            except WaitTimeout as exc:
+                raise WorkflowWaitTimeout(workflow_id, timeout, workflow) from exc
+            except JobqError as exc:
+                if exc.status != 404:  # a step's job deleted: the workflow read tells
+                    raise
 
     # -- periodic jobs (admin writes, viewers read) -------------------------------------------
 

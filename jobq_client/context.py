@@ -12,9 +12,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from jobq_client.composing import parent_key
+
 # Given ``(state, progress)``: stores them under the lease, records them on the context, and
 # raises LeaseLost / StopRequested as ``save_checkpoint`` documents.
 CheckpointSaver = Callable[[Any, Any], Awaitable[None]]
+# Given a job id: the job as ``GET /v1/jobs/{id}`` answers it (the worker's ``Client.get_job``).
+JobReader = Callable[[int], Awaitable[dict[str, Any]]]
 
 
 class JobContext:
@@ -25,15 +29,23 @@ class JobContext:
     handler's own unit tests, say) a context can be built from a job dict alone; its
     ``save_checkpoint`` then only records the state, and :meth:`mark_stopping` /
     :meth:`mark_cancelled` let the test play the worker's part.
+
+    A job that waited for others (``depends_on``, a workflow step, a batch's callback) learns
+    how they ended from :attr:`parents` and :attr:`parent_results`.
     """
 
     def __init__(
-        self, job: Mapping[str, Any], *, checkpoint_saver: CheckpointSaver | None = None
+        self,
+        job: Mapping[str, Any],
+        *,
+        checkpoint_saver: CheckpointSaver | None = None,
+        job_reader: JobReader | None = None,
     ) -> None:
         self.job: dict[str, Any] = dict(job)
         self.checkpoint: Any = self.job.get("checkpoint")
         self.progress: Any = self.job.get("progress")
         self._saver = checkpoint_saver
+        self._reader = job_reader
         self._cancelled = False
         self._stopping = False
 
@@ -65,6 +77,53 @@ class JobContext:
         """The lease this worker holds the job under."""
         lease_id: str | None = self.job.get("lease_id")
         return lease_id
+
+    @property
+    def parents(self) -> dict[str, Any] | None:
+        """What the claim said of the jobs this one waited for; ``None`` for a job that waited
+        for none.
+
+        ``{"total", "succeeded", "dead", "cancelled", "failed_ids": [...], "jobs": [{"id",
+        "step", "status", "result", "result_by_reference"}, ...]}``, the jobs in ``depends_on``
+        order (a batch's callback: the batch's jobs). ``status`` is ``succeeded``, ``dead``,
+        ``cancelled``, or ``deleted`` for a parent gone since. A result too large to come inline
+        has ``result_by_reference: true`` and ``result: null``: see
+        :meth:`fetch_parent_results`.
+        """
+        parents: dict[str, Any] | None = self.job.get("parents")
+        return parents
+
+    @property
+    def parent_results(self) -> dict[str | int, Any]:
+        """Each parent's result, keyed by its step name in a workflow, else by its job id.
+
+        Only results that came inline with the claim: a parent whose result is too large
+        (``result_by_reference``) is left out, as is a job's result when it waited for none
+        (the mapping is then empty). :meth:`fetch_parent_results` reads those too.
+        """
+        return {
+            parent_key(parent): parent.get("result")
+            for parent in (self.parents or {}).get("jobs", [])
+            if not parent.get("result_by_reference")
+        }
+
+    async def fetch_parent_results(self) -> dict[str | int, Any]:
+        """:attr:`parent_results` with the results too large to come inline read by job id
+        (``GET /v1/jobs/{id}``, through the worker's client; a parent deleted meanwhile raises
+        :class:`JobqError` 404).
+
+        Raises ``RuntimeError`` outside a worker when some result is by reference (a context
+        built from a dict alone has no client to read it with).
+        """
+        results = self.parent_results
+        for parent in (self.parents or {}).get("jobs", []):
+            if not parent.get("result_by_reference"):
+                continue
+            if self._reader is None:
+                raise RuntimeError("this context has no client to read results by reference")
+            job = await self._reader(int(parent["id"]))
+            results[parent_key(parent)] = job.get("result")
+        return results
 
     @property
     def cancelled(self) -> bool:

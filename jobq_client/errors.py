@@ -1,4 +1,4 @@
-"""The client's exceptions: HTTP problems, a wait that timed out, handler verdicts, and the two ways a handler is stopped."""
+"""The client's exceptions: HTTP problems, a wait (for a job or a workflow) that timed out, handler verdicts, and the two ways a handler is stopped."""
 
 from __future__ import annotations
 
@@ -66,6 +66,30 @@ class WaitTimeout(TimeoutError):
         self.job: dict[str, Any] | None = None if job is None else dict(job)
         status = "no answer" if job is None else f"still {job.get('status')}"
         super().__init__(f"job {job_id} not finished after {timeout:g} s ({status})")
+
+
+class WorkflowWaitTimeout(TimeoutError):
+    """The workflow did not finish within the time ``Client.wait_workflow`` was given.
+
+    ``workflow`` is the workflow as the service last answered it (``state`` still
+    ``running``), or ``None`` when no answer came at all (every try failed with a transient
+    error, the last of which is the cause). The workflow goes on; waiting again is fine.
+    """
+
+    def __init__(
+        self, workflow_id: int, timeout: float, workflow: Mapping[str, Any] | None
+    ) -> None:
+        self.workflow_id = workflow_id
+        self.timeout = timeout
+        self.workflow: dict[str, Any] | None = None if workflow is None else dict(workflow)
+        if workflow is None:
+            state = "no answer"
+        else:
+            counts = ", ".join(
+                f"{n} {s}" for s, n in sorted((workflow.get("counts") or {}).items())
+            )
+            state = f"still {workflow.get('state')}: {counts}"
+        super().__init__(f"workflow {workflow_id} not finished after {timeout:g} s ({state})")
 
 
 class NonRetryableError(Exception):

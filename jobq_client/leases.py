@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from jobq_client.client import Client
-from jobq_client.context import JobContext
+from jobq_client.context import JobContext, JobReader
 from jobq_client.errors import JobqError, LeaseLost, NonRetryableError, StopRequested
 from jobq_client.retry import Backoff, describe, is_transient
 
@@ -63,11 +63,16 @@ class HeldJob:
     __slots__ = ("ctx", "handler_task", "lost", "ref", "release_checkpoint", "task")
 
     def __init__(
-        self, job: Mapping[str, Any], save: Callable[[HeldJob, Any, Any], Awaitable[None]]
+        self,
+        job: Mapping[str, Any],
+        save: Callable[[HeldJob, Any, Any], Awaitable[None]],
+        read: JobReader | None = None,
     ) -> None:
         self.ref: dict[str, Any] = {"job_id": job["id"], "lease_id": job["lease_id"]}
         self.ctx = JobContext(
-            job, checkpoint_saver=lambda state, progress: save(self, state, progress)
+            job,
+            checkpoint_saver=lambda state, progress: save(self, state, progress),
+            job_reader=read,
         )
         self.task: asyncio.Task[None] | None = None  # the worker's supervisor of this job
         self.handler_task: asyncio.Task[Any] | None = None
@@ -106,7 +111,7 @@ class LeaseKeeper:
 
     def hold(self, job: Mapping[str, Any]) -> HeldJob:
         """Starts keeping the lease of a just claimed job; answers its record."""
-        held = HeldJob(job, self._save_checkpoint)
+        held = HeldJob(job, self._save_checkpoint, self._client.get_job)
         self._held[held.key] = held
         return held
 
