@@ -86,6 +86,11 @@ jobs = Table(
     Column("progress_at", DateTime(timezone=True), nullable=True),
     # The W3C trace context of the enqueue (migration 0018), handed to the worker on claim.
     Column("traceparent", Text, nullable=True),
+    # Completion webhooks (migration 0020): where the outcome is POSTed when the job finishes,
+    # and the API key whose webhook secret signs it; NULL for jobs without a callback. A row
+    # trigger writes a webhook_deliveries row in the finish's own transaction, only for these.
+    Column("callback_url", Text, nullable=True),
+    Column("callback_key_id", BigInteger, nullable=True),
     CheckConstraint(
         "status IN ('pending', 'scheduled', 'running', 'succeeded', 'dead', 'cancelled')",
         name="status",
@@ -188,6 +193,8 @@ queues = Table(
     Column("name", Text, primary_key=True),
     Column("paused", Boolean, nullable=False, server_default=text("false")),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    # The callback of the queue's jobs that name none (migration 0020).
+    Column("callback_url", Text, nullable=True),
 )
 
 # A job's history (migration 0017): a row for each transition its row cannot tell afterwards,
@@ -206,6 +213,7 @@ JOB_EVENT_KINDS = (
     "cancelled",
     "retried",
     "run_now",
+    "webhook",
 )
 
 job_events = Table(
@@ -336,6 +344,16 @@ api_keys = Table(
     Column("secret_sha256", LargeBinary, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     Column("revoked_at", DateTime(timezone=True), nullable=True),
+    # The secret that signs the webhooks of the key's jobs (migration 0020), stored as is since
+    # it must sign; after a rotation the previous one signs too for a grace period.
+    Column(
+        "webhook_secret",
+        Text,
+        nullable=False,
+        server_default=text("jobq_webhook_secret()"),
+    ),
+    Column("webhook_secret_previous", Text, nullable=True),
+    Column("webhook_secret_rotated_at", DateTime(timezone=True), nullable=True),
     CheckConstraint("role IN ('producer', 'worker', 'viewer', 'admin')", name="role"),
     UniqueConstraint("name"),
     UniqueConstraint("secret_sha256"),
@@ -452,4 +470,42 @@ schedules = Table(
     ),
     # Listings of a scoped key's schedules.
     Index("ix_schedules_queue_name", "queue", "name"),
+)
+
+# Completion webhooks (migration 0020): one row per finish of a job with a callback, written by
+# the row trigger jobs_webhook_finished with the outcome as the finish left it (body). The
+# delivery loop (app/maintenance/webhooks.py) takes due rows, each attempt moving
+# next_attempt_at ahead by an in-flight lease, and records delivered, a retry, or failed. No
+# foreign key: a delivery outlives a job deleted before it was sent.
+webhook_deliveries = Table(
+    "webhook_deliveries",
+    metadata,
+    Column("id", UUID(as_uuid=True), primary_key=True, server_default=text("gen_random_uuid()")),
+    Column("job_id", BigInteger, nullable=False),
+    Column("url", Text, nullable=False),
+    Column("key_id", BigInteger, nullable=True),
+    Column("body", JSONB, nullable=False),
+    Column("state", Text, nullable=False, server_default=text("'pending'")),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column(
+        "next_attempt_at", DateTime(timezone=True), nullable=False, server_default=text("now()")
+    ),
+    Column("last_status", Integer, nullable=True),
+    Column("last_error", Text, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("delivered_at", DateTime(timezone=True), nullable=True),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    CheckConstraint("state IN ('pending', 'delivered', 'failed')", name="state"),
+    CheckConstraint("attempts >= 0", name="attempts"),
+    # The delivery loop's scan: pending deliveries by due time.
+    Index(
+        "ix_webhook_deliveries_due", "next_attempt_at", postgresql_where=text("state = 'pending'")
+    ),
+    Index("ix_webhook_deliveries_job_id", "job_id"),
+    # The pruner's scan: finished deliveries by age.
+    Index(
+        "ix_webhook_deliveries_done_updated_at",
+        "updated_at",
+        postgresql_where=text("state <> 'pending'"),
+    ),
 )

@@ -113,7 +113,8 @@ async def clean_db(engine: AsyncEngine) -> AsyncEngine:
     async with engine.begin() as conn:
         await conn.execute(
             text(
-                "TRUNCATE jobs, queues, api_keys, audit_log, flow_limits, flow_state, schedules, workers "
+                "TRUNCATE jobs, queues, api_keys, audit_log, flow_limits, flow_state, schedules, workers, "
+                "webhook_deliveries "
                 "RESTART IDENTITY"
             )
         )

@@ -70,6 +70,8 @@ def test_upgrade_downgrade_upgrade_round_trip(empty_database: str) -> None:
         "jobq_mask_message",
         "jobq_events_deleted",
         "jobq_events_truncated",
+        "jobq_webhook_finished",
+        "jobq_webhook_secret",
     }
     downgrade(empty_database, "base")
     assert asyncio.run(_inspect(empty_database, _tables)) == {"alembic_version"}
