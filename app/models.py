@@ -86,9 +86,7 @@ jobs = Table(
     Column("progress_at", DateTime(timezone=True), nullable=True),
     # The W3C trace context of the enqueue (migration 0018), handed to the worker on claim.
     Column("traceparent", Text, nullable=True),
-    # Completion webhooks (migration 0020): where the outcome is POSTed when the job finishes,
-    # and the API key whose webhook secret signs it; NULL for jobs without a callback. A row
-    # trigger writes a webhook_deliveries row in the finish's own transaction, only for these.
+    # Webhooks (migration 0020): where the outcome is POSTed at the finish, the key that signs.
     Column("callback_url", Text, nullable=True),
     Column("callback_key_id", BigInteger, nullable=True),
     CheckConstraint(
@@ -344,8 +342,7 @@ api_keys = Table(
     Column("secret_sha256", LargeBinary, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     Column("revoked_at", DateTime(timezone=True), nullable=True),
-    # The secret that signs the webhooks of the key's jobs (migration 0020), stored as is since
-    # it must sign; after a rotation the previous one signs too for a grace period.
+    # Signs the key's jobs' webhooks (migration 0020), kept as is; the previous one for a while.
     Column(
         "webhook_secret",
         Text,
@@ -472,11 +469,8 @@ schedules = Table(
     Index("ix_schedules_queue_name", "queue", "name"),
 )
 
-# Completion webhooks (migration 0020): one row per finish of a job with a callback, written by
-# the row trigger jobs_webhook_finished with the outcome as the finish left it (body). The
-# delivery loop (app/maintenance/webhooks.py) takes due rows, each attempt moving
-# next_attempt_at ahead by an in-flight lease, and records delivered, a retry, or failed. No
-# foreign key: a delivery outlives a job deleted before it was sent.
+# One row per finish of a job with a callback (migration 0020), written by a trigger with the
+# outcome (body); app/maintenance/webhooks.py sends it. No foreign key: it outlives its job.
 webhook_deliveries = Table(
     "webhook_deliveries",
     metadata,
@@ -497,15 +491,9 @@ webhook_deliveries = Table(
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     CheckConstraint("state IN ('pending', 'delivered', 'failed')", name="state"),
     CheckConstraint("attempts >= 0", name="attempts"),
-    # The delivery loop's scan: pending deliveries by due time.
     Index(
         "ix_webhook_deliveries_due", "next_attempt_at", postgresql_where=text("state = 'pending'")
     ),
     Index("ix_webhook_deliveries_job_id", "job_id"),
-    # The pruner's scan: finished deliveries by age.
-    Index(
-        "ix_webhook_deliveries_done_updated_at",
-        "updated_at",
-        postgresql_where=text("state <> 'pending'"),
-    ),
+    Index("ix_webhook_deliveries_done", "updated_at", postgresql_where=text("state <> 'pending'")),
 )

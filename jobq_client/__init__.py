@@ -5,7 +5,8 @@ handlers for claimed jobs with batched heartbeats, checkpoints and a graceful st
 
 The names below are the public API. Inside: ``worker`` (claim loop, run / stop / drain),
 ``leases`` (heartbeats, checkpoint saves, complete / fail / release), ``context``
-(``JobContext``), ``client`` (HTTP calls), ``retry`` (transient errors, backoff), ``errors``.
+(``JobContext``), ``client`` (HTTP calls), ``retry`` (transient errors, backoff), ``errors``,
+``webhooks`` (``verify_signature`` for receivers of completion webhooks).
 """
 
 from jobq_client.client import Client
@@ -17,10 +18,12 @@ from jobq_client.errors import (
     StopRequested,
     WaitTimeout,
 )
+from jobq_client.webhooks import InvalidSignature, verify_signature
 from jobq_client.worker import Worker
 
 __all__ = [
     "Client",
+    "InvalidSignature",
     "JobContext",
     "JobqError",
     "LeaseLost",
@@ -28,4 +31,5 @@ __all__ = [
     "StopRequested",
     "WaitTimeout",
     "Worker",
+    "verify_signature",
 ]

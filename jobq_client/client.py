@@ -170,10 +170,13 @@ class Client:
         timeout_seconds: int | None = None,
         idempotency_key: str | None = None,
         concurrency_key: str | None = None,
+        callback_url: str | None = None,
     ) -> dict[str, Any]:
         """Enqueues one job; answers it (an idempotent replay answers the job it first created).
 
-        ``concurrency_key`` groups jobs for the limits of :meth:`set_limit`. Without an
+        ``concurrency_key`` groups jobs for the limits of :meth:`set_limit`; ``callback_url``
+        receives the job's outcome, signed, when it finishes (verify it with
+        :func:`jobq_client.verify_signature`). Without an
         ``idempotency_key`` the call makes one of its own, so that it can send the request
         again when the connection breaks before the answer without creating a second job.
         """
@@ -193,6 +196,7 @@ class Client:
             "timeout_seconds": timeout_seconds,
             "idempotency_key": idempotency_key,
             "concurrency_key": concurrency_key,
+            "callback_url": callback_url,
         }
         body.update({k: v for k, v in optional.items() if v is not None})
         job: dict[str, Any] = await self._call("POST", "/v1/jobs", json=body, repeatable=True)

@@ -176,7 +176,7 @@ def upgrade() -> None:
     )
     op.create_index("ix_webhook_deliveries_job_id", "webhook_deliveries", ["job_id"])
     op.create_index(
-        "ix_webhook_deliveries_done_updated_at",
+        "ix_webhook_deliveries_done",
         "webhook_deliveries",
         ["updated_at"],
         postgresql_where=sa.text("state <> 'pending'"),

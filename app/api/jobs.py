@@ -29,6 +29,7 @@ from app.api.schemas import (
     TraceParent,
     new_job,
 )
+from app.api.webhook_models import callback_url_type, require_signing
 from app.auth.keys import Permission, Principal
 from app.domain.states import BulkAction, JobState
 from app.errors import PROBLEM, IdempotencyKeyReused, InvalidInput
@@ -61,6 +62,7 @@ def build_router(settings: Settings) -> APIRouter:
     queue_max = settings.queue_name_max_chars
     Queue = Annotated[str, wire.queue_name_rule(queue_max), wire.queue_name_doc(queue_max)]
     Key = Annotated[str, wire.at_most(settings.idempotency_key_max_chars)]
+    CallbackUrl = callback_url_type(settings)
 
     # Named as on the wire: OpenAPI names its components after these classes.
     class EnqueueRequest(wire.EnqueueRequest):
@@ -70,6 +72,10 @@ def build_router(settings: Settings) -> APIRouter:
         idempotency_key: Key | None = Field(
             default=None,
             description=wire.EnqueueRequest.model_fields["idempotency_key"].description,
+        )
+        callback_url: CallbackUrl | None = Field(  # type: ignore[valid-type]
+            default=None,
+            description=wire.EnqueueRequest.model_fields["callback_url"].description,
         )
 
     class EnqueueBatchRequest(wire.EnqueueBatchRequest):
@@ -101,6 +107,7 @@ def build_router(settings: Settings) -> APIRouter:
     ) -> Response:
         """Enqueues one job (201); a replay of the same idempotent request answers the job with 200."""
         allow_queue(caller, body.queue, field="body.queue")
+        require_signing(settings, caller, [("body.callback_url", body.callback_url)])
         if idempotency_key is not None:
             if body.idempotency_key is not None and body.idempotency_key != idempotency_key:
                 raise InvalidInput(
@@ -119,7 +126,7 @@ def build_router(settings: Settings) -> APIRouter:
             _reused_key_named(lambda _: "idempotency_key"),
         ):
             [(row, created)] = await services.jobs.enqueue(
-                [new_job(body, traceparent=span.traceparent)]
+                [new_job(body, traceparent=span.traceparent, key_id=caller.key_id)]
             )
             span.messages((row.id,))
         return json_response(job(row), status_code=201 if created else 200)
@@ -152,6 +159,11 @@ def build_router(settings: Settings) -> APIRouter:
         if caller.scoped:
             for index, item in enumerate(body.jobs):
                 allow_queue(caller, item.queue, field=f"body.jobs[{index}].queue")
+        require_signing(
+            settings,
+            caller,
+            ((f"body.jobs[{i}].callback_url", j.callback_url) for i, j in enumerate(body.jobs)),
+        )
         if idempotency_key is not None:
             raise InvalidInput(
                 "Idempotency-Key is not accepted on a batch; give each job an idempotency_key",
@@ -173,7 +185,7 @@ def build_router(settings: Settings) -> APIRouter:
             _reused_key_named(lambda i: f"body.jobs[{i}].idempotency_key"),
         ):
             answered = await services.jobs.enqueue(
-                [new_job(j, traceparent=span.traceparent) for j in body.jobs]
+                [new_job(j, traceparent=span.traceparent, key_id=caller.key_id) for j in body.jobs]
             )
             span.messages([row.id for row, _ in answered])
         any_created = any(created for _, created in answered)

@@ -172,6 +172,13 @@ class EnqueueRequest(StrictModel):
         "never runs more of a key's jobs at once than its max_running, nor claims them faster "
         "than its rate. Without a matching limit the key only labels the job.",
     )
+    callback_url: str | None = Field(
+        default=None,
+        max_length=setting_default("webhook_url_max_chars"),
+        description="Where jobq POSTs the job's outcome, signed, once it finishes (succeeded, "
+        "dead or cancelled): an absolute http(s) URL; default: the queue's callback_url. "
+        "See the README's Completion webhooks.",
+    )
 
     @model_validator(mode="after")
     def _one_schedule(self) -> EnqueueRequest:
@@ -182,13 +189,19 @@ class EnqueueRequest(StrictModel):
 
 def request_fingerprint(request: EnqueueRequest) -> str:
     """A stable hash of an enqueue request (without its key), to tell a replay from a reuse."""
-    body = request.model_dump(mode="json", exclude={"idempotency_key"})
+    # A field newer than the stored fingerprints is hashed only when given, so a replay of a
+    # request made before it still matches.
+    left_out = {"idempotency_key"} | ({"callback_url"} if request.callback_url is None else set())
+    body = request.model_dump(mode="json", exclude=left_out)
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-def new_job(request: EnqueueRequest, *, traceparent: str | None = None) -> NewJob:
-    """The queue core's view of an enqueue request (and the trace context its jobs keep)."""
+def new_job(
+    request: EnqueueRequest, *, traceparent: str | None = None, key_id: int | None = None
+) -> NewJob:
+    """The queue core's view of an enqueue request (and the trace context its jobs keep); the
+    caller's API key ``key_id`` signs the job's webhooks, if it gets a callback."""
     return NewJob(
         queue=request.queue,
         type=request.type,
@@ -203,6 +216,8 @@ def new_job(request: EnqueueRequest, *, traceparent: str | None = None) -> NewJo
         idempotency_key=request.idempotency_key,
         fingerprint=request_fingerprint(request) if request.idempotency_key else None,
         traceparent=traceparent,
+        callback_url=request.callback_url,
+        callback_key_id=key_id,
     )
 
 
@@ -251,6 +266,9 @@ class Job(BaseModel):
     traceparent: str | None = Field(
         description="The W3C trace context the job was enqueued in (its enqueue span's when "
         "the service traces): a worker continues the trace from it."
+    )
+    callback_url: str | None = Field(
+        default=None, description="Where the outcome is POSTed when the job finishes."
     )
 
 
@@ -491,6 +509,9 @@ class QueueStats(BaseModel):
         description="Outcomes per minute over the last hour, oldest first; minutes with none "
         "are left out.",
     )
+    callback_url: str | None = Field(
+        default=None, description="The default callback of the queue's jobs that name none."
+    )
 
 
 class QueueList(BaseModel):
@@ -504,6 +525,9 @@ class QueueState(BaseModel):
 
     name: str
     paused: bool
+    callback_url: str | None = Field(
+        default=None, description="The default callback of the queue's jobs that name none."
+    )
 
 
 class QueueSettings(StrictModel):
@@ -512,6 +536,12 @@ class QueueSettings(StrictModel):
     paused: bool | None = Field(
         default=None,
         description="Set the queue paused or active; unset keeps its state (active when new).",
+    )
+    callback_url: str | None = Field(
+        default=None,
+        max_length=setting_default("webhook_url_max_chars"),
+        description="Default callback_url of the queue's jobs that name none (signed with the "
+        "enqueuing key's secret); unset keeps it, null clears it.",
     )
 
 

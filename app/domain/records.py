@@ -105,6 +105,8 @@ class Job(Record):
     scheduled_for: datetime | None
     progress_at: datetime | None
     traceparent: str | None = None  # migration 0018: absent from the previous release's rows
+    callback_url: str | None = None  # migration 0020
+    callback_key_id: int | None = None
 
     @property
     def retrying(self) -> bool:
@@ -161,6 +163,7 @@ class QueueStats(Record):
     oldest_pending_age_seconds: float | None
     succeeded_last_minute: int
     retrying: int = 0  # of the scheduled ones (a column newer than the previous release's)
+    callback_url: str | None = None  # migration 0020
 
 
 @dataclass(slots=True)
@@ -225,13 +228,14 @@ class QueueSwitch(Record):
     name: str
     paused: bool
     updated_at: datetime
+    callback_url: str | None = None  # migration 0020
 
 
 @dataclass(slots=True)
 class QueuePut(QueueSwitch):
     """queue_put's answer: the queue's row and whether this call created the queue."""
 
-    created: bool
+    created: bool = False
 
 
 @dataclass(slots=True)

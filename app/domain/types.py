@@ -133,6 +133,10 @@ class NewJob:
     fingerprint: str | None = None
     concurrency_key: str | None = None
     traceparent: str | None = None  # W3C trace context, handed to the worker with the claim
+    # Where the outcome is POSTed when the job finishes (None: the queue's default, if any),
+    # and the API key whose webhook secret signs it (None: JOBQ_WEBHOOK_SECRET).
+    callback_url: str | None = None
+    callback_key_id: int | None = None
 
 
 @dataclass(slots=True)  # read-only by convention: per item of a 50-job call
@@ -203,6 +207,8 @@ class JobDefaults:
             job.fingerprint,
             job.concurrency_key,
             job.traceparent,
+            job.callback_url,
+            job.callback_key_id,
         )
 
 
@@ -309,3 +315,20 @@ class Blocker:
     kind: str
     message: str
     until: datetime | None = None
+
+
+class DeliveryOutcome(enum.StrEnum):
+    """How one webhook delivery attempt ended, as the sender judged it."""
+
+    DELIVERED = "delivered"  # a 2xx answer
+    RETRY = "retry"  # any other answer, or none: tried again after a backoff until the give-up
+    FAILED = "failed"  # never to be tried again (a refused address)
+
+
+@dataclass(frozen=True)
+class WebhookRetryPolicy:
+    """How long a webhook delivery waits between attempts, and when it is given up."""
+
+    backoff_base_seconds: float
+    backoff_cap_seconds: float
+    give_up_seconds: float

@@ -14,6 +14,7 @@ SUCCEEDED_RETENTION_DEFAULT: float = setting_default("retention_succeeded_second
 CANCELLED_RETENTION_DEFAULT: float = setting_default("retention_cancelled_seconds")
 DEAD_RETENTION_DEFAULT: float = setting_default("retention_dead_seconds")
 THROUGHPUT_RETENTION_DEFAULT: float = setting_default("retention_throughput_seconds")
+WEBHOOK_RETENTION_DEFAULT: float = setting_default("webhook_retention_seconds")
 
 
 @dataclass(frozen=True)
@@ -26,13 +27,14 @@ class PrunerConfig:
     cancelled_seconds: float = CANCELLED_RETENTION_DEFAULT
     dead_seconds: float = DEAD_RETENTION_DEFAULT
     throughput_seconds: float = THROUGHPUT_RETENTION_DEFAULT
+    webhook_seconds: float = WEBHOOK_RETENTION_DEFAULT
 
     def __post_init__(self) -> None:
         if not self.interval_seconds > 0:
             raise ValueError("interval_seconds must be > 0")
         if not 1 <= self.batch_size <= 10_000:
             raise ValueError("batch_size must be within 1..10000")
-        for name in ("succeeded_seconds", "cancelled_seconds", "dead_seconds"):
+        for name in ("succeeded_seconds", "cancelled_seconds", "dead_seconds", "webhook_seconds"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
         if self.throughput_seconds < 3600:
@@ -46,6 +48,7 @@ class PruneCounts:
     jobs: int
     throughput_rows: int
     flow_rows: int = 0
+    webhook_rows: int = 0
 
 
 class Pruner(BatchLoop[PrunerConfig]):
@@ -69,9 +72,14 @@ class Pruner(BatchLoop[PrunerConfig]):
         flow_rows = await self.services.limits.prune_state(
             batch_size=self.config.batch_size, now=now
         )
-        return PruneCounts(jobs=pruned, throughput_rows=minutes, flow_rows=flow_rows)
+        webhook_rows = await self.services.webhooks.prune(
+            batch_size=self.config.batch_size, keep_seconds=self.config.webhook_seconds, now=now
+        )
+        return PruneCounts(
+            jobs=pruned, throughput_rows=minutes, flow_rows=flow_rows, webhook_rows=webhook_rows
+        )
 
     async def run_batch(self) -> int:
         """One batch; answers the larger of the two counts (a full batch means: run again)."""
         counts = await self.run_once()
-        return max(counts.jobs, counts.throughput_rows, counts.flow_rows)
+        return max(counts.jobs, counts.throughput_rows, counts.flow_rows, counts.webhook_rows)

@@ -20,6 +20,7 @@ from app.queue.schedule_trigger import ScheduleTriggerService
 from app.queue.schedules import ScheduleService
 from app.queue.upkeep import UpkeepService
 from app.queue.waiters import WaiterHub
+from app.queue.webhooks import WebhookService
 from app.queue.workers import WorkerService
 from app.store import Stores
 from app.store.unit import UnitOfWork
@@ -40,6 +41,7 @@ class Services:
     schedule_trigger: ScheduleTriggerService
     upkeep: UpkeepService
     workers: WorkerService
+    webhooks: WebhookService
 
 
 def build_services(
@@ -81,4 +83,5 @@ def build_services(
         ),
         upkeep=UpkeepService(unit=unit, stores=stores, events=events),
         workers=WorkerService(unit=unit, stores=stores),
+        webhooks=WebhookService(unit=unit, stores=stores, events=events),
     )

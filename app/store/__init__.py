@@ -22,6 +22,7 @@ from app.store.keys import KeyStore
 from app.store.producers import ProducerStore
 from app.store.queues import QueueStore
 from app.store.schedules import ScheduleStore
+from app.store.webhooks import WebhookStore
 from app.store.workers import WorkerStore
 
 
@@ -39,6 +40,7 @@ class Stores:
     control: ControlStore
     workers: WorkerStore
     producers: ProducerStore
+    webhooks: WebhookStore
 
 
 # The store class of each SQL file (by its stem): what the mapping test walks.
@@ -53,6 +55,7 @@ STORE_OF_FILE: dict[str, type] = {
     "control": ControlStore,
     "workers": WorkerStore,
     "producers": ProducerStore,
+    "webhooks": WebhookStore,
 }
 
 
@@ -91,4 +94,5 @@ def stores_for(settings: StoreSettings) -> Stores:
         control=ControlStore(),
         workers=WorkerStore(instance=instance),
         producers=ProducerStore(),
+        webhooks=WebhookStore(instance=instance),
     )
