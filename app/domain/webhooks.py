@@ -75,8 +75,8 @@ def _refused_kind(address: IPAddress) -> str | None:
         (address.is_unspecified, "unspecified"),
         (address.is_link_local, "link-local"),
         (address.is_multicast, "multicast"),
-        (address.is_private, "private"),
         (address.is_reserved, "reserved"),
+        (address.is_private, "private"),
         (any(address in n for n in _REFUSED_EXTRA if n.version == address.version), "reserved"),
         (not address.is_global, "not global"),
     )
@@ -100,12 +100,13 @@ class AddressPolicy:
         ip = ipaddress.ip_address(address) if isinstance(address, str) else address
         if self._allowed(ip):
             return None
-        kinds = [_refused_kind(ip)]
         if isinstance(ip, ipaddress.IPv6Address) and (v4 := _embedded_v4(ip)) is not None:
+            # An IPv6 form of an IPv4 address reaches that address: judged as it.
             if self._allowed(v4):
                 return None
-            kinds.append(_refused_kind(v4))
-        kind = next((k for k in kinds if k is not None), None)
+            kind = _refused_kind(v4)
+        else:
+            kind = _refused_kind(ip)
         if kind is None:
             return None
         return (
