@@ -341,8 +341,8 @@ class Settings(BaseSettings):
         default=None,
         min_length=16,
         description="Signs the webhooks of jobs enqueued without an API key (authentication off, "
-        "or jobq.enqueue()); with keys, each key's own secret signs. Unset with no keys: "
-        "callback_url is refused (422).",
+        "or schedule runs taking their queue's callback); with keys, each key's own secret "
+        "signs. Unset with no keys: callback_url is refused (422).",
     )
     webhook_allowed_networks: str = Field(
         default="",
