@@ -135,3 +135,27 @@ def test_the_loop_config_is_checked_up_front() -> None:
         WebhookConfig(backoff_base_seconds=10, backoff_cap_seconds=5)
     with pytest.raises(ValueError, match="in_flight"):
         Settings(webhook_timeout_seconds=40)
+
+
+def test_the_job_page_tells_each_delivery_attempt() -> None:
+    from datetime import UTC, datetime
+
+    from app.dashboard.views import timeline
+    from app.domain.records import JobHistoryEntry
+
+    def event(**data: object) -> JobHistoryEntry:
+        at = datetime(2026, 12, 3, tzinfo=UTC)
+        return JobHistoryEntry(1, at, "webhook", 1, None, None, "i", data, None)
+
+    lines = timeline(
+        [
+            event(delivery_attempt=1, url="https://x.test/h", outcome="retrying", status_code=500),
+            event(delivery_attempt=2, url="https://x.test/h", outcome="delivered", status_code=204),
+            event(delivery_attempt=1, url="http://10.0.0.1/", outcome="failed", error="refused"),
+        ]
+    )
+    assert [(line.kind, line.what.split(":")[-1].strip()[:12]) for line in lines] == [
+        ("error", "HTTP 500 — n"),
+        ("finished", "delivered (H"),
+        ("dead", "refused"),
+    ]
