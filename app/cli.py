@@ -260,11 +260,11 @@ def _keys_revoke(args: argparse.Namespace) -> int:
 def _keys_webhook_secret(args: argparse.Namespace) -> int:
     from app.auth import store
 
-    grace = Settings().webhook_secret_grace_seconds
+    grace, actor = Settings().webhook_secret_grace_seconds, _cli_actor()
 
     async def read(conn: Any) -> Any:
         return await store.webhook_secret(
-            conn, name=args.name, rotate=args.rotate, grace_seconds=grace
+            conn, name=args.name, rotate=args.rotate, grace_seconds=grace, actor=actor
         )
 
     row = _run_on(_keys_url(), read, transaction=True)

@@ -382,6 +382,7 @@ AUDIT_ACTIONS = (
     "queue.delete",
     "job.run_now",
     "schedule.trigger",
+    "key.rotate_webhook_secret",
 )
 
 audit_log = Table(

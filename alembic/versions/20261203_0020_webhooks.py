@@ -19,7 +19,8 @@ Create Date: 2026-12-03
   ``jobs_webhook_finished`` in the transaction of the finish itself, with the outcome as the
   finish left it (``body``). The delivery loop takes due rows (``ix_webhook_deliveries_due``),
   records each attempt and moves the row to delivered or failed.
-- ``job_events``: ``webhook`` joins the kinds (one event per delivery attempt).
+- ``job_events``: ``webhook`` joins the kinds (one event per delivery attempt); ``audit_log``:
+  ``key.rotate_webhook_secret`` joins the recorded actions.
 
 Why a row trigger: the finish statements (complete, fail, cancel, the reaper) stay as they are,
 and the trigger's ``WHEN`` condition is checked per changed row without calling the function
@@ -62,6 +63,29 @@ _KINDS_BEFORE = (
     "run_now",
 )
 _KINDS_AFTER = (*_KINDS_BEFORE, "webhook")
+_ACTIONS_BEFORE = (
+    "job.cancel",
+    "job.retry",
+    "queue.pause",
+    "queue.resume",
+    "key.create",
+    "key.revoke",
+    "bulk.retry",
+    "bulk.cancel",
+    "bulk.delete",
+    "limit.set",
+    "limit.delete",
+    "schedule.create",
+    "schedule.update",
+    "schedule.delete",
+    "schedule.pause",
+    "schedule.resume",
+    "queue.create",
+    "queue.delete",
+    "job.run_now",
+    "schedule.trigger",
+)
+_ACTIONS_AFTER = (*_ACTIONS_BEFORE, "key.rotate_webhook_secret")
 
 # A fresh signing secret: 64 hex digits from two gen_random_uuid() (PostgreSQL's strong random
 # source, 244 random bits), hashed; the default of api_keys.webhook_secret.
@@ -104,6 +128,15 @@ def _kinds_check(kinds: Sequence[str]) -> None:
         op.f("ck_job_events_kind"),
         "job_events",
         "kind IN (" + ", ".join(f"'{k}'" for k in kinds) + ")",
+    )
+
+
+def _actions_check(actions: Sequence[str]) -> None:
+    op.drop_constraint(op.f("ck_audit_log_action"), "audit_log", type_="check")
+    op.create_check_constraint(
+        op.f("ck_audit_log_action"),
+        "audit_log",
+        "action IN (" + ", ".join(f"'{a}'" for a in actions) + ")",
     )
 
 
@@ -189,9 +222,12 @@ def upgrade() -> None:
         "EXECUTE FUNCTION jobq_webhook_finished()"
     )
     _kinds_check(_KINDS_AFTER)
+    _actions_check(_ACTIONS_AFTER)
 
 
 def downgrade() -> None:
+    op.execute("DELETE FROM audit_log WHERE action = 'key.rotate_webhook_secret'")
+    _actions_check(_ACTIONS_BEFORE)
     op.execute("DELETE FROM job_events WHERE kind = 'webhook'")
     _kinds_check(_KINDS_BEFORE)
     op.execute("DROP TRIGGER jobs_webhook_finished ON jobs")

@@ -51,7 +51,12 @@ def build_router(settings: Settings) -> APIRouter:
         signatures, the new secret's and the previous one's, until ``previous_valid_until``
         (JOBQ_WEBHOOK_SECRET_GRACE_SECONDS): switch the receiver over within that time. A second
         rotation within it drops the first previous secret."""
-        row = await services.webhooks.rotate_secret(key_id=_keyed(caller), grace_seconds=grace)
+        row = await services.webhooks.rotate_secret(
+            key_id=_keyed(caller),
+            grace_seconds=grace,
+            actor=caller.name,
+            actor_key_id=caller.key_id,
+        )
         return WebhookSecret.model_validate(asdict(row))
 
     @router.get(

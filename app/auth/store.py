@@ -194,14 +194,25 @@ async def any_keys(connection: Any) -> bool:
 
 
 async def webhook_secret(
-    connection: Any, *, name: str, rotate: bool, grace_seconds: float
+    connection: Any,
+    *,
+    name: str,
+    rotate: bool,
+    grace_seconds: float,
+    actor: str = INTERNAL_ACTOR,
 ) -> WebhookSecretRow | None:
     """A live key's webhook signing secret by name, first replaced by a new one when ``rotate``
     (the previous then signs too for ``grace_seconds``); ``None`` for no such live key."""
     conn = Conn.of(connection)
     if rotate:
         return await _WEBHOOKS.webhook_secret_rotate(
-            conn, key_id=None, name=name, secret=new_webhook_secret(), grace_seconds=grace_seconds
+            conn,
+            key_id=None,
+            name=name,
+            secret=new_webhook_secret(),
+            grace_seconds=grace_seconds,
+            actor=actor,
+            actor_key_id=None,
         )
     return await _WEBHOOKS.webhook_secret_get(
         conn, key_id=None, name=name, grace_seconds=grace_seconds

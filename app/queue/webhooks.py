@@ -131,9 +131,16 @@ class WebhookService:
         return row
 
     async def rotate_secret(
-        self, *, key_id: int | None = None, name: str | None = None, grace_seconds: float
+        self,
+        *,
+        key_id: int | None = None,
+        name: str | None = None,
+        grace_seconds: float,
+        actor: str,
+        actor_key_id: int | None,
     ) -> WebhookSecretRow:
-        """Gives a live key a new webhook secret; the previous one signs on for ``grace_seconds``."""
+        """Gives a live key a new webhook secret; the previous one signs on for ``grace_seconds``.
+        Recorded in the audit trail as ``actor``'s."""
         async for attempt in self.unit.ops():
             async with attempt as conn:
                 row = await self.stores.webhooks.webhook_secret_rotate(
@@ -142,6 +149,8 @@ class WebhookService:
                     name=name,
                     secret=new_webhook_secret(),
                     grace_seconds=grace_seconds,
+                    actor=actor,
+                    actor_key_id=actor_key_id,
                 )
         if row is None:
             raise NotFound(f"no live API key {name or key_id}")

@@ -106,10 +106,20 @@ class WebhookStore:
         name: str | None,
         secret: str,
         grace_seconds: float,
+        actor: str,
+        actor_key_id: int | None,
     ) -> WebhookSecretRow | None:
-        """Gives a live key a new webhook secret, the current one signing on for the grace period."""
+        """Gives a live key a new webhook secret, the current one signing on for the grace
+        period; recorded in the audit trail as ``actor``'s."""
         rows = await conn.fetch(
             "webhook_secret_rotate",
-            {"key_id": key_id, "name": name, "secret": secret, "grace_seconds": grace_seconds},
+            {
+                "key_id": key_id,
+                "name": name,
+                "secret": secret,
+                "grace_seconds": grace_seconds,
+                "actor": actor,
+                "actor_key_id": actor_key_id,
+            },
         )
         return WebhookSecretRow.from_row(rows[0]) if rows else None

@@ -176,6 +176,15 @@ async def test_a_key_reads_and_rotates_its_secret_which_signs_its_jobs(
     assert rotated["previous_secret"] == first["secret"] != rotated["secret"]
     assert rotated["previous_valid_until"] is not None
     assert (await client.get("/v1/webhooks/secret", headers=producer)).json() == rotated
+    admin_audit = {"Authorization": f"Bearer {keys.admin}"}
+    r = await client.get("/v1/audit?action=key.rotate_webhook_secret", headers=admin_audit)
+    [entry] = r.json()["entries"]
+    assert (entry["actor"], entry["key_name"], entry["outcome"]) == (
+        "producer",
+        "producer",
+        "changed",
+    )
+    assert rotated["secret"] not in r.text and first["secret"] not in r.text
     # Each key has its own; a worker key enqueues nothing, so it has none to read.
     admin = {"Authorization": f"Bearer {keys.admin}"}
     assert (await client.get("/v1/webhooks/secret", headers=admin)).json()["secret"] not in (

@@ -266,7 +266,9 @@ async def test_a_keys_secret_signs_and_after_a_rotation_the_previous_one_too(
         ).scalar_one()
     before = await svc.webhooks.secret(key_id=key_id, grace_seconds=60)
     assert before.secret.startswith("whsec_") and len(before.secret) == 70
-    rotated = await svc.webhooks.rotate_secret(key_id=key_id, grace_seconds=60)
+    rotated = await svc.webhooks.rotate_secret(
+        key_id=key_id, grace_seconds=60, actor="ops", actor_key_id=None
+    )
     assert rotated.previous_secret == before.secret and rotated.secret != before.secret
     async with receiver() as hook:
         [(job, _)] = await svc.jobs.enqueue(

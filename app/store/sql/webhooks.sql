@@ -136,15 +136,25 @@ WHERE k.revoked_at IS NULL
        OR (CAST(:key_id AS bigint) IS NULL AND k.name = CAST(:name AS text)));
 
 -- name: webhook_secret_rotate
--- Gives a live key (by :key_id, or by :name when it is NULL) the new webhook secret :secret, keeping the current one as the previous (it signs too for :grace_seconds); answers the key's secrets.
-UPDATE api_keys k
-SET webhook_secret_previous = k.webhook_secret,
-    webhook_secret = CAST(:secret AS text),
-    webhook_secret_rotated_at = now()
-WHERE k.revoked_at IS NULL
-  AND (k.id = CAST(:key_id AS bigint)
-       OR (CAST(:key_id AS bigint) IS NULL AND k.name = CAST(:name AS text)))
-RETURNING k.id AS key_id, k.name AS key_name, k.webhook_secret AS secret,
-          k.webhook_secret_previous AS previous_secret,
-          now() + make_interval(secs => CAST(:grace_seconds AS float8)) AS previous_valid_until,
-          k.webhook_secret_rotated_at AS rotated_at;
+-- Gives a live key (by :key_id, or by :name when it is NULL) the new webhook secret :secret, keeping the current one as the previous (it signs too for :grace_seconds), recording key.rotate_webhook_secret by :actor in audit_log; answers the key's secrets.
+WITH rotated AS (
+    UPDATE api_keys k
+    SET webhook_secret_previous = k.webhook_secret,
+        webhook_secret = CAST(:secret AS text),
+        webhook_secret_rotated_at = now()
+    WHERE k.revoked_at IS NULL
+      AND (k.id = CAST(:key_id AS bigint)
+           OR (CAST(:key_id AS bigint) IS NULL AND k.name = CAST(:name AS text)))
+    RETURNING k.id AS key_id, k.name AS key_name, k.webhook_secret AS secret,
+              k.webhook_secret_previous AS previous_secret,
+              now() + make_interval(secs => CAST(:grace_seconds AS float8))
+                  AS previous_valid_until,
+              k.webhook_secret_rotated_at AS rotated_at
+),
+audited AS (
+    INSERT INTO audit_log (actor, actor_key_id, action, outcome, key_name)
+    SELECT CAST(:actor AS text), CAST(:actor_key_id AS bigint), 'key.rotate_webhook_secret',
+           'changed', r.key_name
+    FROM rotated r
+)
+SELECT * FROM rotated;
