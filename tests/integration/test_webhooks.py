@@ -15,6 +15,7 @@ from app.domain.types import DeliveryOutcome, LeaseUpdate, NewJob
 from app.domain.webhooks import AddressPolicy, parse_networks
 from app.maintenance.webhooks import WebhookConfig, WebhookCounts, WebhookDeliveries
 from app.queue.services import Services
+from app.store.statements import statement
 from jobq_client import verify_signature
 from tests.integration.helpers import db_now, service
 from tests.webhook_receiver import Received, receiver
@@ -301,3 +302,43 @@ async def test_finished_deliveries_are_pruned_after_their_retention(
     later = edge + timedelta(microseconds=1)
     assert await svc.webhooks.prune(batch_size=10, keep_seconds=100, now=later) == 1
     assert [r["state"] for r in await deliveries(clean_db)] == ["pending"]
+
+
+async def test_a_job_the_reaper_ends_is_delivered_too(svc: Services, clean_db: AsyncEngine) -> None:
+    [(job, _)] = await svc.jobs.enqueue(
+        [NewJob(queue="r", type="t", max_attempts=1, callback_url="http://127.0.0.1:9/")]
+    )
+    await svc.jobs.claim(worker_id="w", queues=["r"], max_jobs=1, lease_seconds=1)
+    [reaped] = await svc.upkeep.reap(
+        batch_size=10, now=await db_now(clean_db) + timedelta(seconds=5)
+    )
+    assert reaped.status == "dead"
+    [row] = await deliveries(clean_db)
+    assert (row["job_id"], row["body"]["status"]) == (job.id, "dead")
+
+
+async def test_the_due_scan_reads_only_pending_deliveries_however_many_are_done(
+    svc: Services, clean_db: AsyncEngine
+) -> None:
+    async with clean_db.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO webhook_deliveries (job_id, url, body, state, updated_at) "
+                "SELECT g, 'http://x/', '{}', 'delivered', now() FROM generate_series(1, 20000) g"
+            )
+        )
+        await conn.execute(
+            text("INSERT INTO webhook_deliveries (job_id, url, body) VALUES (1, 'http://x/', '{}')")
+        )
+        await conn.execute(text("ANALYZE webhook_deliveries"))
+        sql = statement("webhook_delivery_take").sql
+        plan = (
+            await conn.execute(
+                text("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) " + sql),
+                {"batch_size": 50, "in_flight_seconds": 60, "grace_seconds": 0, "now": None},
+            )
+        ).scalars()
+        shown = "\n".join(plan)
+        await conn.rollback()
+    assert "ix_webhook_deliveries_due" in shown, shown
+    assert "Seq Scan on webhook_deliveries" not in shown, shown
