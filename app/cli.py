@@ -218,7 +218,11 @@ def _keys_create(args: argparse.Namespace) -> int:
         print(f"jobq keys: a key named {args.name!r} exists already", file=sys.stderr)
         return 1
     scope = ", ".join(queues) if queues is not None else "every queue"
-    print(f"created {args.role} key {args.name!r} for {scope}; it is shown once:", file=sys.stderr)
+    print(
+        f"created {args.role} key {args.name!r} for {scope}; its webhook signing secret: "
+        f"jobq keys webhook-secret {args.name}; the key is shown once:",
+        file=sys.stderr,
+    )
     print(secret, flush=True)  # alone on stdout, for scripts: KEY=$(jobq keys create ...)
     return 0
 
@@ -250,6 +254,28 @@ def _keys_revoke(args: argparse.Namespace) -> int:
         print(f"jobq keys: no live key named {args.name!r}", file=sys.stderr)
         return 1
     print(f"revoked key {args.name!r}; every instance refuses it within a second", file=sys.stderr)
+    return 0
+
+
+def _keys_webhook_secret(args: argparse.Namespace) -> int:
+    from app.auth import store
+
+    grace, actor = Settings().webhook_secret_grace_seconds, _cli_actor()
+
+    async def read(conn: Any) -> Any:
+        return await store.webhook_secret(
+            conn, name=args.name, rotate=args.rotate, grace_seconds=grace, actor=actor
+        )
+
+    row = _run_on(_keys_url(), read, transaction=True)
+    if row is None:
+        print(f"jobq keys: no live key named {args.name!r}", file=sys.stderr)
+        return 1
+    if row.previous_secret is not None and row.previous_valid_until is not None:
+        until = row.previous_valid_until.isoformat(timespec="seconds")
+        print(f"the previous secret also signs until {until}:", file=sys.stderr)
+        print(row.previous_secret, file=sys.stderr)
+    print(row.secret, flush=True)  # alone on stdout, for scripts
     return 0
 
 
@@ -327,6 +353,18 @@ def build_parser() -> argparse.ArgumentParser:
     revoke = keys_sub.add_parser("revoke", help="revoke a key by name")
     revoke.add_argument("name")
     revoke.set_defaults(func=_keys_revoke)
+    webhook = keys_sub.add_parser(
+        "webhook-secret",
+        help="print the secret that signs the webhooks of a key's jobs (on stdout)",
+    )
+    webhook.add_argument("name")
+    webhook.add_argument(
+        "--rotate",
+        action="store_true",
+        help="make a new one first; the previous one also signs for "
+        "JOBQ_WEBHOOK_SECRET_GRACE_SECONDS",
+    )
+    webhook.set_defaults(func=_keys_webhook_secret)
     openapi = sub.add_parser("openapi", help="print the OpenAPI document")
     openapi.set_defaults(func=_openapi)
     worker = sub.add_parser(

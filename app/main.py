@@ -11,10 +11,21 @@ from pathlib import Path
 from fastapi import FastAPI
 from sqlalchemy.exc import DBAPIError
 
-from app.api import flow_limits, history, jobs, metrics, ops, schedules, workers, workflows
+from app.api import (
+    flow_limits,
+    history,
+    jobs,
+    metrics,
+    ops,
+    schedules,
+    webhooks,
+    workers,
+    workflows,
+)
 from app.api.schedules_file import load_schedules_file
 from app.api.schemas import CONCURRENCY_KEY_MAX_CHARS
 from app.api.state import AppState, Runtime, app_state
+from app.api.webhook_models import address_policy
 from app.auth import store as key_store
 from app.auth.keyring import KeyRing
 from app.auth.limiter import FailureLimiter
@@ -34,6 +45,7 @@ from app.maintenance.reaper import Reaper, ReaperConfig
 from app.maintenance.runner import Loop, LoopRunner
 from app.maintenance.scheduler import Scheduler, SchedulerConfig
 from app.maintenance.sightings import WorkerSightings
+from app.maintenance.webhooks import WebhookConfig, WebhookDeliveries
 from app.queue.jobs import CoalescingPolicy
 from app.queue.linked import ParentResultBounds
 from app.queue.results import CHANNEL as FINISHED_CHANNEL
@@ -67,7 +79,8 @@ def _require_url(settings: Settings) -> str:
 
 
 def _loops(settings: Settings, services: Services, hub: WaiterHub) -> list[Loop]:
-    """Every background loop of an instance: five on every instance, two on the leader only."""
+    """Every background loop of an instance: five on every instance, the webhook deliveries on
+    every instance taking part in maintenance, three on the leader only."""
     loops: list[Loop] = [
         Promoter(
             services=services,
@@ -85,7 +98,23 @@ def _loops(settings: Settings, services: Services, hub: WaiterHub) -> list[Loop]
         WorkerSightings(services=services),
     ]
     if settings.maintenance_enabled:
+        secret = settings.webhook_secret
         loops += [
+            WebhookDeliveries(
+                services=services,
+                config=WebhookConfig(
+                    interval_seconds=settings.webhook_interval_seconds,
+                    batch_size=settings.webhook_batch_size,
+                    timeout_seconds=settings.webhook_timeout_seconds,
+                    in_flight_seconds=settings.webhook_in_flight_seconds,
+                    backoff_base_seconds=settings.webhook_backoff_base_seconds,
+                    backoff_cap_seconds=settings.webhook_backoff_cap_seconds,
+                    give_up_seconds=settings.webhook_give_up_seconds,
+                    secret_grace_seconds=settings.webhook_secret_grace_seconds,
+                    default_secret=secret.get_secret_value() if secret is not None else None,
+                    policy=address_policy(settings),
+                ),
+            ),
             Reaper(
                 services=services,
                 config=ReaperConfig(
@@ -102,6 +131,7 @@ def _loops(settings: Settings, services: Services, hub: WaiterHub) -> list[Loop]
                     cancelled_seconds=settings.retention_cancelled_seconds,
                     dead_seconds=settings.retention_dead_seconds,
                     throughput_seconds=settings.retention_throughput_seconds,
+                    webhook_seconds=settings.webhook_retention_seconds,
                 ),
             ),
             Scheduler(
@@ -318,6 +348,7 @@ def create_app(settings: Settings) -> FastAPI:
         flow_limits.build_router(),
         history.build_router(),
         workflows.build_router(settings),
+        webhooks.build_router(settings),
         observed.router(),
         # Server-rendered pages and their static files, none of them in the OpenAPI document.
         dashboard.build_router(settings),

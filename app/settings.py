@@ -11,11 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.domain.bounds import BACKOFF_CAP_SECONDS_MAX, LEASE_SECONDS_MAX, MAX_ATTEMPTS_MAX
 from app.domain.cron import CATCH_UP_MAX
+from app.domain.webhooks import parse_networks
 
 
 class Settings(BaseSettings):
@@ -360,6 +361,79 @@ class Settings(BaseSettings):
         description="Largest catch_up a schedule may set (missed runs enqueued after downtime).",
     )
 
+    # Completion webhooks (app/domain/webhooks.py, app/queue/webhooks.py, app/maintenance/webhooks.py).
+    webhook_secret: SecretStr | None = Field(
+        default=None,
+        min_length=16,
+        description="Signs the webhooks of jobs enqueued without an API key (authentication off, "
+        "or schedule runs taking their queue's callback); with keys, each key's own secret "
+        "signs. Unset with no keys: callback_url is refused (422).",
+    )
+    webhook_allowed_networks: str = Field(
+        default="",
+        description="Comma-separated IP ranges callbacks may reach besides public addresses "
+        "(e.g. 10.1.0.0/16, 127.0.0.1/32); loopback, private, link-local, CGNAT and other "
+        "special ranges are refused unless listed.",
+    )
+    webhook_url_max_chars: int = Field(
+        default=2048, ge=16, le=65_536, description="Longest callback_url."
+    )
+    webhook_interval_seconds: float = Field(
+        default=0.5,
+        gt=0,
+        le=60,
+        description="How often each instance looks for due webhook deliveries.",
+    )
+    webhook_batch_size: int = Field(
+        default=50, ge=1, le=1000, description="Deliveries one pass takes and sends at once."
+    )
+    webhook_timeout_seconds: float = Field(
+        default=10,
+        gt=0,
+        le=120,
+        description="Longest one delivery attempt may take: lookup, connect, send, answer.",
+    )
+    webhook_in_flight_seconds: float = Field(
+        default=60,
+        gt=0,
+        le=3600,
+        description="A delivery being sent is another instance's again after this long (a "
+        "crashed sender's); at least twice the timeout.",
+    )
+    webhook_backoff_base_seconds: float = Field(
+        default=10,
+        gt=0,
+        le=86_400,
+        description="Delay before the second attempt of a delivery; doubles per attempt.",
+    )
+    webhook_backoff_cap_seconds: float = Field(
+        default=3600, gt=0, le=86_400, description="Longest delay between delivery attempts."
+    )
+    webhook_give_up_seconds: float = Field(
+        default=86_400,
+        gt=0,
+        le=30 * 86_400,
+        description="A delivery not accepted within this long of the job's finish is failed.",
+    )
+    webhook_secret_grace_seconds: float = Field(
+        default=86_400,
+        ge=0,
+        le=30 * 86_400,
+        description="After a key's webhook secret is rotated, the previous one also signs "
+        "for this long.",
+    )
+    webhook_retention_seconds: float = Field(
+        default=7 * 86_400,
+        ge=0,
+        description="How long delivered and failed deliveries are kept (the pruner deletes them).",
+    )
+
+    @field_validator("webhook_allowed_networks")
+    @classmethod
+    def _networks(cls, value: str) -> str:
+        parse_networks(value)  # raises ValueError naming the bad range
+        return value
+
     @field_validator("log_level", "log_format", mode="before")
     @classmethod
     def _lower_case(cls, value: Any) -> Any:
@@ -369,6 +443,10 @@ class Settings(BaseSettings):
     def _backoff_cap_not_below_base(self) -> Settings:
         if self.backoff_cap_seconds < self.backoff_base_seconds:
             raise ValueError("backoff_cap_seconds must be >= backoff_base_seconds")
+        if self.webhook_backoff_cap_seconds < self.webhook_backoff_base_seconds:
+            raise ValueError("webhook_backoff_cap_seconds must be >= webhook_backoff_base_seconds")
+        if self.webhook_in_flight_seconds < 2 * self.webhook_timeout_seconds:
+            raise ValueError("webhook_in_flight_seconds must be >= 2 x webhook_timeout_seconds")
         return self
 
 

@@ -7,7 +7,8 @@ heartbeats, checkpoints and a graceful stop.
 The names below are the public API. Inside: ``worker`` (claim loop, run / stop / drain),
 ``leases`` (heartbeats, checkpoint saves, complete / fail / release), ``context``
 (``JobContext``), ``client`` (HTTP calls), ``composing`` (``Step``, ``Callback``,
-``EnqueuedBatch``), ``retry`` (transient errors, backoff), ``errors``.
+``EnqueuedBatch``), ``retry`` (transient errors, backoff), ``errors``, ``webhooks``
+(``verify_signature`` for receivers of completion webhooks).
 """
 
 from jobq_client.client import Client
@@ -21,12 +22,14 @@ from jobq_client.errors import (
     WaitTimeout,
     WorkflowWaitTimeout,
 )
+from jobq_client.webhooks import InvalidSignature, verify_signature
 from jobq_client.worker import Worker
 
 __all__ = [
     "Callback",
     "Client",
     "EnqueuedBatch",
+    "InvalidSignature",
     "JobContext",
     "JobqError",
     "LeaseLost",
@@ -36,4 +39,5 @@ __all__ = [
     "WaitTimeout",
     "Worker",
     "WorkflowWaitTimeout",
+    "verify_signature",
 ]

@@ -183,10 +183,13 @@ class Client:
         depends_on: Sequence[int] | None = None,
         on_parent_failure: OnParentFailure | None = None,
         ordering_key: str | None = None,
+        callback_url: str | None = None,
     ) -> dict[str, Any]:
         """Enqueues one job; answers it (an idempotent replay answers the job it first created).
 
-        ``concurrency_key`` groups jobs for the limits of :meth:`set_limit`. Without an
+        ``concurrency_key`` groups jobs for the limits of :meth:`set_limit`; ``callback_url``
+        receives the job's outcome, signed, when it finishes (verify it with
+        :func:`jobq_client.verify_signature`). Without an
         ``idempotency_key`` the call makes one of its own, so that it can send the request
         again when the connection breaks before the answer without creating a second job.
 
@@ -217,6 +220,7 @@ class Client:
             "depends_on": job_ids(depends_on),
             "on_parent_failure": on_parent_failure,
             "ordering_key": ordering_key,
+            "callback_url": callback_url,
         }
         body.update(drop_unset(optional))
         job: dict[str, Any] = await self._call("POST", "/v1/jobs", json=body, repeatable=True)

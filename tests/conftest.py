@@ -114,7 +114,7 @@ async def clean_db(engine: AsyncEngine) -> AsyncEngine:
         await conn.execute(
             text(
                 "TRUNCATE jobs, queues, api_keys, audit_log, flow_limits, flow_state, schedules, workers, "
-                "workflows, ordering_keys "
+                "workflows, ordering_keys, webhook_deliveries "
                 "RESTART IDENTITY"
             )
         )

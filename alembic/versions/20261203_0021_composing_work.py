@@ -90,6 +90,7 @@ _ACTIONS_BEFORE = (
     "queue.delete",
     "job.run_now",
     "schedule.trigger",
+    "key.rotate_webhook_secret",
 )
 _ACTIONS_AFTER = (*_ACTIONS_BEFORE, "workflow.cancel", "workflow.retry")
 

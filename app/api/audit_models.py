@@ -21,6 +21,7 @@ class AuditAction(enum.StrEnum):
     QUEUE_DELETE = "queue.delete"
     KEY_CREATE = "key.create"
     KEY_REVOKE = "key.revoke"
+    KEY_ROTATE_WEBHOOK_SECRET = "key.rotate_webhook_secret"
     BULK_RETRY = "bulk.retry"
     BULK_CANCEL = "bulk.cancel"
     BULK_DELETE = "bulk.delete"

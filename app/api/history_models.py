@@ -90,7 +90,9 @@ class JobEvent(BaseModel):
     and null for the service's own (enqueued, promoted, lease_expired, timed_out). ``data``
     holds the kind's details: the error with its type and traceback for failed, the checkpoint
     saved and delay for released, the progress for progress, the state before for an
-    operator's action, the next run for failures and expiries.
+    operator's action, the next run for failures and expiries, and for webhook one delivery
+    attempt: its delivery id and attempt, url, outcome (delivered, retrying, failed), status
+    code or error and next attempt.
     """
 
     id: int = Field(description="0 for events read from the job's own columns.")

@@ -30,6 +30,7 @@ from app.api.schemas import (
     new_callback,
     new_job,
 )
+from app.api.webhook_models import callback_url_type, require_signing
 from app.auth.keys import Permission, Principal
 from app.domain.states import BulkAction, JobState
 from app.errors import PROBLEM, IdempotencyKeyReused, InvalidInput
@@ -81,6 +82,7 @@ def build_router(settings: Settings) -> APIRouter:
     queue_max = settings.queue_name_max_chars
     Queue = Annotated[str, wire.queue_name_rule(queue_max), wire.queue_name_doc(queue_max)]
     Key = Annotated[str, wire.at_most(settings.idempotency_key_max_chars)]
+    CallbackUrl = callback_url_type(settings)
 
     # Named as on the wire: OpenAPI names its components after these classes.
     class EnqueueRequest(wire.EnqueueRequest):
@@ -97,6 +99,10 @@ def build_router(settings: Settings) -> APIRouter:
             max_length=settings.depends_on_max,
             description=wire.EnqueueRequest.model_fields["depends_on"].description,
         )
+        callback_url: CallbackUrl | None = Field(  # type: ignore[valid-type]
+            default=None,
+            description=wire.EnqueueRequest.model_fields["callback_url"].description,
+        )
 
     class BatchCallback(wire.BatchCallback):
         __doc__ = wire.BatchCallback.__doc__
@@ -105,6 +111,10 @@ def build_router(settings: Settings) -> APIRouter:
         idempotency_key: Key | None = Field(
             default=None,
             description=wire.EnqueueRequest.model_fields["idempotency_key"].description,
+        )
+        callback_url: CallbackUrl | None = Field(  # type: ignore[valid-type]
+            default=None,
+            description=wire.EnqueueRequest.model_fields["callback_url"].description,
         )
 
     class EnqueueBatchRequest(wire.EnqueueBatchRequest):
@@ -140,6 +150,7 @@ def build_router(settings: Settings) -> APIRouter:
     ) -> Response:
         """Enqueues one job (201); a replay of the same idempotent request answers the job with 200."""
         allow_queue(caller, body.queue, field="body.queue")
+        require_signing(settings, caller, [("body.callback_url", body.callback_url)])
         if idempotency_key is not None:
             if body.idempotency_key is not None and body.idempotency_key != idempotency_key:
                 raise InvalidInput(
@@ -160,7 +171,7 @@ def build_router(settings: Settings) -> APIRouter:
             _reused_key_named(lambda _: "idempotency_key"),
         ):
             [(row, created)] = await services.jobs.enqueue(
-                [new_job(body, traceparent=span.traceparent)]
+                [new_job(body, traceparent=span.traceparent, key_id=caller.key_id)]
             )
             span.messages((row.id,))
         return json_response(job(row), status_code=201 if created else 200)
@@ -204,6 +215,20 @@ def build_router(settings: Settings) -> APIRouter:
                 if j.depends_on
             ],
         )
+        require_signing(
+            settings,
+            caller,
+            [
+                *(
+                    (f"body.jobs[{i}].callback_url", j.callback_url)
+                    for i, j in enumerate(body.jobs)
+                ),
+                (
+                    "body.callback.callback_url",
+                    body.callback.callback_url if body.callback else None,
+                ),
+            ],
+        )
         if idempotency_key is not None:
             raise InvalidInput(
                 "Idempotency-Key is not accepted on a batch; give each job an idempotency_key",
@@ -231,8 +256,10 @@ def build_router(settings: Settings) -> APIRouter:
             ),
         ):
             answered = await services.jobs.enqueue(
-                [new_job(j, traceparent=span.traceparent) for j in body.jobs],
-                callback=new_callback(body.callback, traceparent=span.traceparent)
+                [new_job(j, traceparent=span.traceparent, key_id=caller.key_id) for j in body.jobs],
+                callback=new_callback(
+                    body.callback, traceparent=span.traceparent, key_id=caller.key_id
+                )
                 if body.callback is not None
                 else None,
             )

@@ -172,6 +172,13 @@ class EnqueueRequest(StrictModel):
         "never runs more of a key's jobs at once than its max_running, nor claims them faster "
         "than its rate. Without a matching limit the key only labels the job.",
     )
+    callback_url: str | None = Field(
+        default=None,
+        max_length=setting_default("webhook_url_max_chars"),
+        description="Where jobq POSTs the job's outcome, signed, once it finishes (succeeded, "
+        "dead or cancelled): an absolute http(s) URL; default: the queue's callback_url. "
+        "See the README's Completion webhooks.",
+    )
 
     depends_on: list[JobId] | None = Field(
         default=None,
@@ -205,7 +212,7 @@ class EnqueueRequest(StrictModel):
         return self
 
 
-_LATER_FIELDS = ("depends_on", "on_parent_failure", "ordering_key")
+_LATER_FIELDS = ("callback_url", "depends_on", "on_parent_failure", "ordering_key")
 
 
 def request_fingerprint(request: EnqueueRequest) -> str:
@@ -218,8 +225,11 @@ def request_fingerprint(request: EnqueueRequest) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-def new_job(request: EnqueueRequest, *, traceparent: str | None = None) -> NewJob:
-    """The queue core's view of an enqueue request (and the trace context its jobs keep)."""
+def new_job(
+    request: EnqueueRequest, *, traceparent: str | None = None, key_id: int | None = None
+) -> NewJob:
+    """The queue core's view of an enqueue request (and the trace context its jobs keep); the
+    caller's API key ``key_id`` signs the job's webhooks, if it gets a callback."""
     return NewJob(
         queue=request.queue,
         type=request.type,
@@ -237,6 +247,8 @@ def new_job(request: EnqueueRequest, *, traceparent: str | None = None) -> NewJo
         depends_on=tuple(request.depends_on) if request.depends_on is not None else None,
         on_parent_failure=request.on_parent_failure,
         ordering_key=request.ordering_key,
+        callback_url=request.callback_url,
+        callback_key_id=key_id,
     )
 
 
@@ -256,9 +268,11 @@ class BatchCallback(EnqueueRequest):
         return self
 
 
-def new_callback(request: BatchCallback, *, traceparent: str | None = None) -> NewJob:
+def new_callback(
+    request: BatchCallback, *, traceparent: str | None = None, key_id: int | None = None
+) -> NewJob:
     """The queue core's view of a batch callback (its parents are filled in by the core)."""
-    job = new_job(request, traceparent=traceparent)
+    job = new_job(request, traceparent=traceparent, key_id=key_id)
     return replace(job, on_parent_failure="run" if request.when == "all_finished" else "cancel")
 
 
@@ -323,6 +337,9 @@ class Job(BaseModel):
     )
     workflow_id: int | None = Field(default=None, description="The workflow it is a step of.")
     workflow_step: str | None = Field(default=None, description="Its step's name there.")
+    callback_url: str | None = Field(
+        default=None, description="Where the outcome is POSTed when the job finishes."
+    )
 
 
 TraceParent = Annotated[
@@ -438,6 +455,9 @@ class QueueStats(BaseModel):
         description="Outcomes per minute over the last hour, oldest first; minutes with none "
         "are left out.",
     )
+    callback_url: str | None = Field(
+        default=None, description="The default callback of the queue's jobs that name none."
+    )
 
 
 class QueueList(BaseModel):
@@ -451,6 +471,9 @@ class QueueState(BaseModel):
 
     name: str
     paused: bool
+    callback_url: str | None = Field(
+        default=None, description="The default callback of the queue's jobs that name none."
+    )
 
 
 class QueueSettings(StrictModel):
@@ -459,6 +482,12 @@ class QueueSettings(StrictModel):
     paused: bool | None = Field(
         default=None,
         description="Set the queue paused or active; unset keeps its state (active when new).",
+    )
+    callback_url: str | None = Field(
+        default=None,
+        max_length=setting_default("webhook_url_max_chars"),
+        description="Default callback_url of the queue's jobs that name none (signed with the "
+        "enqueuing key's secret); unset keeps it, null clears it.",
     )
 
 

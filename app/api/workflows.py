@@ -15,10 +15,11 @@ from app.api import schemas as wire
 from app.api.auth import allow_queue, requires
 from app.api.deps import Services
 from app.api.render import job
+from app.api.webhook_models import require_signing
 from app.auth.keys import Permission, Principal
 from app.domain.records import Job as JobRow
-from app.domain.records import StepMoved
 from app.domain.states import FINISHED, JobStatus
+from app.domain.workflow_records import StepMoved
 from app.domain.workflows import GraphError, StepSpec
 from app.errors import PROBLEM, InvalidInput
 from app.http.strict_json import StrictJSONRoute
@@ -157,8 +158,14 @@ def build_router(settings: Settings) -> APIRouter:
         step names and cycles are refused (422 naming the step) before anything is written."""
         for index, step in enumerate(body.steps):
             allow_queue(caller, step.queue, field=f"body.steps[{index}].queue")
+        require_signing(
+            settings,
+            caller,
+            ((f"body.steps[{i}].callback_url", s.callback_url) for i, s in enumerate(body.steps)),
+        )
         specs = [
-            StepSpec(name=s.name, after=tuple(s.after), job=wire.new_job(s)) for s in body.steps
+            StepSpec(name=s.name, after=tuple(s.after), job=wire.new_job(s, key_id=caller.key_id))
+            for s in body.steps
         ]
         try:
             view = await services.workflows.create(

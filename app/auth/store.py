@@ -15,9 +15,12 @@ from typing import Any
 
 from app.auth.keys import Principal, Role, digest, new_secret
 from app.domain.records import KeyPrincipal
+from app.domain.webhook_records import WebhookSecretRow
+from app.domain.webhooks import new_webhook_secret
 from app.store.audit import AuditStore
 from app.store.conn import Conn
 from app.store.keys import KeyStore
+from app.store.webhooks import WebhookStore
 
 CHANNEL = "jobq_keys"
 
@@ -27,6 +30,7 @@ INTERNAL_ACTOR = "internal"
 
 _KEYS = KeyStore()
 _AUDIT = AuditStore()
+_WEBHOOKS = WebhookStore()
 
 
 @dataclass(frozen=True)
@@ -187,3 +191,29 @@ async def key_by_digest(connection: Any, secret_digest: bytes) -> Principal | No
 async def any_keys(connection: Any) -> bool:
     """Whether any key was ever made (revoked ones count: revoking every key keeps auth on)."""
     return await _KEYS.key_any(Conn.of(connection))
+
+
+async def webhook_secret(
+    connection: Any,
+    *,
+    name: str,
+    rotate: bool,
+    grace_seconds: float,
+    actor: str = INTERNAL_ACTOR,
+) -> WebhookSecretRow | None:
+    """A live key's webhook signing secret by name, first replaced by a new one when ``rotate``
+    (the previous then signs too for ``grace_seconds``); ``None`` for no such live key."""
+    conn = Conn.of(connection)
+    if rotate:
+        return await _WEBHOOKS.webhook_secret_rotate(
+            conn,
+            key_id=None,
+            name=name,
+            secret=new_webhook_secret(),
+            grace_seconds=grace_seconds,
+            actor=actor,
+            actor_key_id=None,
+        )
+    return await _WEBHOOKS.webhook_secret_get(
+        conn, key_id=None, name=name, grace_seconds=grace_seconds
+    )

@@ -311,8 +311,26 @@ def timeline(events: Iterable[Any]) -> list[TimelineEvent]:
             kind, what = "operator", f"retried by {who or '?'} (was {data.get('status_before')})"
         elif e.kind == "run_now":
             kind, what = "operator", f"run now by {who or '?'}"
+        elif e.kind == "webhook":
+            kind, what = _webhook_line(data)
+            who = None
         out.append(TimelineEvent(e.at, what, kind, who, traceback))
     return out
+
+
+def _webhook_line(data: Mapping[str, Any]) -> tuple[str, str]:
+    """One delivery attempt of the job's outcome to its callback, as the timeline tells it."""
+    answer = f"HTTP {data['status_code']}" if data.get("status_code") else data.get("error", "")
+    head = f"webhook attempt {data.get('delivery_attempt', '?')} to {cut(str(data.get('url')), 80)}"
+    outcome = data.get("outcome")
+    if outcome == "delivered":
+        return "finished", f"{head}: delivered ({answer})"
+    if outcome == "failed":
+        return "dead", f"{head} failed for good: {cut(str(answer), 200)}"
+    return (
+        "error",
+        f"{head} failed: {cut(str(answer), 200)} — next at {data.get('next_attempt_at')}",
+    )
 
 
 @dataclass(frozen=True)

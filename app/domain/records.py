@@ -114,6 +114,8 @@ class Job(Record):
     workflow_step: str | None = None
     # Not a column: what a claim hands a job with parents (JobService fills it in), else None.
     parents: Any = None
+    callback_url: str | None = None  # migration 0020
+    callback_key_id: int | None = None
 
     @property
     def retrying(self) -> bool:
@@ -171,6 +173,7 @@ class QueueStats(Record):
     succeeded_last_minute: int
     retrying: int = 0  # of the scheduled ones (a column newer than the previous release's)
     waiting: int = 0  # waiting for other jobs (migration 0021)
+    callback_url: str | None = None  # migration 0020
 
 
 @dataclass(slots=True)
@@ -235,13 +238,14 @@ class QueueSwitch(Record):
     name: str
     paused: bool
     updated_at: datetime
+    callback_url: str | None = None  # migration 0020
 
 
 @dataclass(slots=True)
 class QueuePut(QueueSwitch):
     """queue_put's answer: the queue's row and whether this call created the queue."""
 
-    created: bool
+    created: bool = False
 
 
 @dataclass(slots=True)
@@ -461,37 +465,3 @@ class JobBlockers(Record):
     parents_open: list[int] | None = None
     ordering_key: str | None = None
     ordering_ahead: int | None = None
-
-
-@dataclass(slots=True)
-class ParentOutcome(Record):
-    """One parent of a claimed job: how it ended, and its result while the claim has room for it."""
-
-    job_id: int  # the claimed job
-    id: int  # the parent
-    step: str | None
-    status: str  # 'deleted' when the parent is gone
-    result: Any | None
-    by_reference: bool  # the result exists but is left to GET /v1/jobs/{id}
-
-
-@dataclass(slots=True)
-class Workflow(Record):
-    """One row of ``workflows``."""
-
-    id: int
-    name: str
-    steps: int
-    created_by: str | None
-    created_by_key_id: int | None
-    created_at: datetime
-
-
-@dataclass(slots=True)
-class StepMoved(Record):
-    """A workflow step a cancel or retry moved: where it was, and where it went."""
-
-    id: int
-    queue: str
-    status_before: str
-    status: str = "cancelled"

@@ -144,6 +144,10 @@ class NewJob:
     workflow_id: int | None = None
     workflow_step: str | None = None
     has_dependents: bool = False
+    # Where the outcome is POSTed when the job finishes (None: the queue's default, if any),
+    # and the API key whose webhook secret signs it (None: JOBQ_WEBHOOK_SECRET).
+    callback_url: str | None = None
+    callback_key_id: int | None = None
 
 
 @dataclass(slots=True)  # read-only by convention: per item of a 50-job call
@@ -221,6 +225,8 @@ class JobDefaults:
             job.workflow_id,
             job.workflow_step,
             job.has_dependents,
+            job.callback_url,
+            job.callback_key_id,
         )
 
 
@@ -328,3 +334,20 @@ class Blocker:
     kind: str
     message: str
     until: datetime | None = None
+
+
+class DeliveryOutcome(enum.StrEnum):
+    """How one webhook delivery attempt ended, as the sender judged it."""
+
+    DELIVERED = "delivered"  # a 2xx answer
+    RETRY = "retry"  # any other answer, or none: tried again after a backoff until the give-up
+    FAILED = "failed"  # never to be tried again (a refused address)
+
+
+@dataclass(frozen=True)
+class WebhookRetryPolicy:
+    """How long a webhook delivery waits between attempts, and when it is given up."""
+
+    backoff_base_seconds: float
+    backoff_cap_seconds: float
+    give_up_seconds: float

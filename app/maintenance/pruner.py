@@ -14,6 +14,7 @@ SUCCEEDED_RETENTION_DEFAULT: float = setting_default("retention_succeeded_second
 CANCELLED_RETENTION_DEFAULT: float = setting_default("retention_cancelled_seconds")
 DEAD_RETENTION_DEFAULT: float = setting_default("retention_dead_seconds")
 THROUGHPUT_RETENTION_DEFAULT: float = setting_default("retention_throughput_seconds")
+WEBHOOK_RETENTION_DEFAULT: float = setting_default("webhook_retention_seconds")
 # An ordering key's row (its lock, migration 0021) is deleted this long after its last use, when
 # none of its jobs is open; the next enqueue of the key makes it again.
 ORDERING_KEY_IDLE_SECONDS = 3600.0
@@ -29,13 +30,14 @@ class PrunerConfig:
     cancelled_seconds: float = CANCELLED_RETENTION_DEFAULT
     dead_seconds: float = DEAD_RETENTION_DEFAULT
     throughput_seconds: float = THROUGHPUT_RETENTION_DEFAULT
+    webhook_seconds: float = WEBHOOK_RETENTION_DEFAULT
 
     def __post_init__(self) -> None:
         if not self.interval_seconds > 0:
             raise ValueError("interval_seconds must be > 0")
         if not 1 <= self.batch_size <= 10_000:
             raise ValueError("batch_size must be within 1..10000")
-        for name in ("succeeded_seconds", "cancelled_seconds", "dead_seconds"):
+        for name in ("succeeded_seconds", "cancelled_seconds", "dead_seconds", "webhook_seconds"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
         if self.throughput_seconds < 3600:
@@ -49,6 +51,7 @@ class PruneCounts:
     jobs: int
     throughput_rows: int
     flow_rows: int = 0
+    webhook_rows: int = 0
     # Workflows whose steps are all gone, ordering keys idle with no open job (migration 0021).
     composing_rows: int = 0
 
@@ -74,14 +77,27 @@ class Pruner(BatchLoop[PrunerConfig]):
         flow_rows = await self.services.limits.prune_state(
             batch_size=self.config.batch_size, now=now
         )
+        webhook_rows = await self.services.webhooks.prune(
+            batch_size=self.config.batch_size, keep_seconds=self.config.webhook_seconds, now=now
+        )
         composing = await self.services.workflows.prune(
             batch_size=self.config.batch_size, idle_key_seconds=ORDERING_KEY_IDLE_SECONDS, now=now
         )
         return PruneCounts(
-            jobs=pruned, throughput_rows=minutes, flow_rows=flow_rows, composing_rows=composing
+            jobs=pruned,
+            throughput_rows=minutes,
+            flow_rows=flow_rows,
+            webhook_rows=webhook_rows,
+            composing_rows=composing,
         )
 
     async def run_batch(self) -> int:
         """One batch; answers the larger of the two counts (a full batch means: run again)."""
         counts = await self.run_once()
-        return max(counts.jobs, counts.throughput_rows, counts.flow_rows, counts.composing_rows)
+        return max(
+            counts.jobs,
+            counts.throughput_rows,
+            counts.flow_rows,
+            counts.webhook_rows,
+            counts.composing_rows,
+        )

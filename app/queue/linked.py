@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.domain.records import Job, ParentOutcome
+from app.domain.records import Job
+from app.domain.workflow_records import ParentOutcome
 from app.store import Stores
 from app.store.unit import UnitOfWork
 

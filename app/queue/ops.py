@@ -3,9 +3,8 @@
 Reads (listings, search, queue counts, throughput, workers, the audit trail) cost what their
 page costs, never a count of the history: counts come from the trigger-kept counters
 (``queue_counts``, ``queue_throughput``). Actions name who acts and record themselves in the
-audit trail. Bulk actions run in batches of ``bulk_batch_size`` jobs, each batch one statement
-committed on its own, so no lock is held long and a large action never becomes one huge
-transaction.
+audit trail. Bulk actions run in batches of ``bulk_batch_size`` jobs, each one statement
+committed on its own, so no lock is held long and no action becomes one huge transaction.
 """
 
 from __future__ import annotations
@@ -42,6 +41,7 @@ from app.domain.types import (
     JobEvent,
     JobSearch,
     ListFilter,
+    NotGiven,
     OpsOutcome,
 )
 from app.errors import InvalidInput, InvalidTransition, NotFound, QueueNotEmpty
@@ -381,19 +381,20 @@ class OpsService:
         name: str,
         *,
         paused: bool | None,
+        callback_url: str | NotGiven | None,
         actor: str = INTERNAL_ACTOR,
         actor_key_id: int | None = None,
     ) -> tuple[QueuePut, bool]:
-        """Creates a queue, or sets a known queue's switch; the queue and whether it was created.
-
-        ``paused`` ``None`` keeps the switch (a new queue is active). Resuming wakes the
-        queue's waiters.
-        """
-
+        """Creates a queue or sets its switch and callback (None / NOT_GIVEN keep them)."""
         async for attempt in self.unit.ops():
             async with attempt as conn:
                 row = await self.stores.queues.queue_put(
-                    conn, name=name, paused=paused, actor=actor, actor_key_id=actor_key_id
+                    conn,
+                    name=name,
+                    paused=paused,
+                    callback_url=callback_url,
+                    actor=actor,
+                    actor_key_id=actor_key_id,
                 )
         if paused is False:
             self.events.wake(name, RESUME_WAKE_COUNT)

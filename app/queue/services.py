@@ -21,6 +21,7 @@ from app.queue.schedule_trigger import ScheduleTriggerService
 from app.queue.schedules import ScheduleService
 from app.queue.upkeep import UpkeepService
 from app.queue.waiters import WaiterHub
+from app.queue.webhooks import WebhookService
 from app.queue.workers import WorkerService
 from app.queue.workflows import WorkflowService
 from app.store import Stores
@@ -43,6 +44,7 @@ class Services:
     upkeep: UpkeepService
     workers: WorkerService
     workflows: WorkflowService
+    webhooks: WebhookService
 
 
 def build_services(
@@ -87,4 +89,5 @@ def build_services(
         upkeep=UpkeepService(unit=unit, stores=stores, events=events),
         workers=WorkerService(unit=unit, stores=stores),
         workflows=WorkflowService(unit=unit, stores=stores, events=events, defaults=defaults),
+        webhooks=WebhookService(unit=unit, stores=stores, events=events),
     )

@@ -13,9 +13,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from app.domain.bounds import valid_id
-from app.domain.records import Job, StepMoved, Workflow
+from app.domain.records import Job
 from app.domain.states import JobStatus
 from app.domain.types import JobDefaults, JobEvent
+from app.domain.workflow_records import StepMoved, Workflow
 from app.domain.workflows import StepSpec, creation_order
 from app.errors import NotFound
 from app.queue.events import Events

@@ -22,6 +22,7 @@ from app.store.keys import KeyStore
 from app.store.producers import ProducerStore
 from app.store.queues import QueueStore
 from app.store.schedules import ScheduleStore
+from app.store.webhooks import WebhookStore
 from app.store.workers import WorkerStore
 from app.store.workflows import WorkflowStore
 
@@ -41,6 +42,7 @@ class Stores:
     workers: WorkerStore
     producers: ProducerStore
     workflows: WorkflowStore
+    webhooks: WebhookStore
 
 
 # The store class of each SQL file (by its stem): what the mapping test walks.
@@ -56,6 +58,7 @@ STORE_OF_FILE: dict[str, type] = {
     "workers": WorkerStore,
     "producers": ProducerStore,
     "workflows": WorkflowStore,
+    "webhooks": WebhookStore,
 }
 
 
@@ -95,4 +98,5 @@ def stores_for(settings: StoreSettings) -> Stores:
         workers=WorkerStore(instance=instance),
         producers=ProducerStore(),
         workflows=WorkflowStore(),
+        webhooks=WebhookStore(instance=instance),
     )

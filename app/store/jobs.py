@@ -60,6 +60,8 @@ def enqueue_params(job: NewJob) -> dict[str, Any]:
         "idempotency_key": job.idempotency_key,
         "concurrency_key": job.concurrency_key,
         "traceparent": job.traceparent,
+        "callback_url": job.callback_url,
+        "callback_key_id": job.callback_key_id,
         "idempotency_hash": job.fingerprint if job.idempotency_key is not None else None,
     }
     # Composing work (migration 0021): sent only when set, so a plain job's items stay as small

@@ -13,6 +13,7 @@ from app.domain.records import (
     QueueThroughput,
     QueueWindowStats,
 )
+from app.domain.types import NOT_GIVEN, NotGiven
 from app.store.conn import Conn
 
 
@@ -42,13 +43,22 @@ class QueueStore:
         *,
         name: str,
         paused: bool | None,
+        callback_url: str | NotGiven | None = NOT_GIVEN,
         actor: str,
         actor_key_id: int | None,
     ) -> QueuePut:
-        """Creates a queue or sets its switch (``None`` keeps it); the row says if it was created."""
+        """Creates a queue or sets its switch (``None`` keeps it) and its default callback
+        (not given keeps it, ``None`` clears it); the row says if it was created."""
         [row] = await conn.fetch(
             "queue_put",
-            {"name": name, "paused": paused, "actor": actor, "actor_key_id": actor_key_id},
+            {
+                "name": name,
+                "paused": paused,
+                "set_callback": callback_url is not NOT_GIVEN,
+                "callback_url": None if callback_url is NOT_GIVEN else callback_url,
+                "actor": actor,
+                "actor_key_id": actor_key_id,
+            },
         )
         return QueuePut.from_row(row)
 

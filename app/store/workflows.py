@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from app.domain.records import Job, ParentOutcome, StepMoved, Workflow
+from app.domain.records import Job
+from app.domain.workflow_records import ParentOutcome, StepMoved, Workflow
 from app.store.conn import Conn
 
 

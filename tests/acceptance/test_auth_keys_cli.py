@@ -116,3 +116,32 @@ def test_with_no_database_the_key_commands_stop_and_make_no_cluster(
     assert str(tmp_path.resolve() / ".jobq" / "pgdata") in done.stderr
     assert "DATABASE_URL" in done.stderr and "JOBQ_DATA_DIR" in done.stderr
     assert list(tmp_path.iterdir()) == []  # no data folder, no cluster made behind the user's back
+
+
+async def test_webhook_secret_prints_the_keys_signing_secret_and_rotates_it(
+    database_url: str, clean_db: AsyncEngine
+) -> None:
+    made = jobq(database_url, "create", "--role", "producer", "--name", "shop")
+    assert made.returncode == 0, made.stderr
+    assert "jobq keys webhook-secret shop" in made.stderr
+    shown = jobq(database_url, "webhook-secret", "shop")
+    assert shown.returncode == 0, shown.stderr
+    secret = shown.stdout.strip()
+    assert shown.stdout == secret + "\n" and re.match(r"^whsec_[0-9a-f]{64}$", secret)
+    rotated = jobq(database_url, "webhook-secret", "shop", "--rotate")
+    assert rotated.returncode == 0, rotated.stderr
+    new = rotated.stdout.strip()
+    assert new != secret and secret in rotated.stderr  # the previous one, still signing a while
+    assert jobq(database_url, "webhook-secret", "shop").stdout.strip() == new
+    missing = jobq(database_url, "webhook-secret", "nobody")
+    assert missing.returncode == 1 and "no live key named 'nobody'" in missing.stderr
+    async with clean_db.connect() as conn:
+        actions = (
+            await conn.execute(
+                text("SELECT action, key_name FROM audit_log WHERE key_name = 'shop' ORDER BY id")
+            )
+        ).all()
+    assert [tuple(a) for a in actions] == [
+        ("key.create", "shop"),
+        ("key.rotate_webhook_secret", "shop"),
+    ]

@@ -37,6 +37,9 @@ NEEDS: dict[tuple[str, str], str] = {
     ("POST", "/v1/jobs/{job_id}/run-now"): Permission.OPERATE,
     ("GET", "/v1/jobs/{job_id}/events"): Permission.READ_JOBS,
     ("GET", "/v1/jobs/{job_id}/blockers"): Permission.READ_JOBS,
+    ("GET", "/v1/jobs/{job_id}/webhooks"): Permission.READ_JOBS,
+    ("GET", "/v1/webhooks/secret"): Permission.ENQUEUE,
+    ("POST", "/v1/webhooks/secret/rotate"): Permission.ENQUEUE,
     ("GET", "/v1/failures"): Permission.OBSERVE,
     ("POST", "/v1/failures/{action}"): Permission.OPERATE,
     ("POST", "/v1/jobs/bulk/{action}"): Permission.OPERATE,
@@ -234,6 +237,9 @@ async def test_a_wrong_scope_key_of_the_right_role_is_refused_or_sees_nothing(
         assert response.status_code == 200
         assert [r["ok"] for r in response.json()["results"]] == [False]
         assert response.json()["results"][0]["error"] == "lease_lost"
+    elif path.startswith("/v1/webhooks/secret"):
+        # The key's own secret, whatever its scopes: it names no queue.
+        assert response.status_code == 200, response.text
     elif path.startswith("/v1/limits"):
         # A limit may reach any queue's jobs: only keys without scopes change them.
         assert response.status_code == 403, response.text

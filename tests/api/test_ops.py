@@ -13,7 +13,11 @@ from tests.polling import poll_until
 async def test_pause_stops_claims_and_resume_restores_them(client: httpx.AsyncClient) -> None:
     job = await enqueue(client, queue="mail")
     r = await client.post("/v1/queues/mail/pause")
-    assert r.status_code == 200 and r.json() == {"name": "mail", "paused": True}
+    assert r.status_code == 200 and r.json() == {
+        "name": "mail",
+        "paused": True,
+        "callback_url": None,
+    }
     assert await claim(client, queues=["mail"]) == []
     r = await client.post("/v1/queues/mail/resume")
     assert r.json()["paused"] is False

@@ -45,7 +45,11 @@ async def test_a_created_queue_can_be_paused_before_its_first_job(
     """PUT creates the queue (201, then 200); paused before any job, it holds the jobs enqueued
     to it until it is resumed."""
     r = await client.put("/v1/queues/reports")
-    assert r.status_code == 201 and r.json() == {"name": "reports", "paused": False}
+    assert r.status_code == 201 and r.json() == {
+        "name": "reports",
+        "paused": False,
+        "callback_url": None,
+    }
     assert (await client.put("/v1/queues/reports")).status_code == 200
     assert (await _overview(client))["reports"]["pending"] == 0
 

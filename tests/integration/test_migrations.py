@@ -74,6 +74,8 @@ def test_upgrade_downgrade_upgrade_round_trip(empty_database: str) -> None:
         "jobq_linked_reopened",
         "jobq_linked_ready",
         "jobq_linked_settled",
+        "jobq_webhook_finished",
+        "jobq_webhook_secret",
     }
     downgrade(empty_database, "base")
     assert asyncio.run(_inspect(empty_database, _tables)) == {"alembic_version"}

@@ -15,7 +15,7 @@ LIMIT = 500
 EXCEPTIONS: dict[str, tuple[int, str]] = {
     # The wire models of the whole API, one contract with openapi.json; splitting them by
     # resource would scatter the shared field rules (queue names, bounds, strict types).
-    "api/schemas.py": (530, "the API's wire models, one contract"),
+    "api/schemas.py": (560, "the API's wire models, one contract"),
     # Schedule definitions and the scheduler's pass share the lock-then-audit helpers and the
     # row-to-timing conversions; the pure cron arithmetic is app/domain/cron.py already.
     "queue/schedules.py": (650, "definitions and the pass share their locked writes"),
@@ -24,9 +24,6 @@ EXCEPTIONS: dict[str, tuple[int, str]] = {
     # A batch's callback joins the batch's own transaction there (issue 21); what a claim
     # hands a job about its parents is app/queue/linked.py.
     "queue/jobs.py": (610, "the hot path, read and profiled as one"),
-    # The tables Alembic diffs against, in one metadata: the jobs table alone is 230 lines of
-    # columns and indexes, each with the reason it exists.
-    "models.py": (530, "the tables, one metadata"),
     # Cron parsing, DST-aware next-run arithmetic and catch-up plans: pure and tested whole.
     "domain/cron.py": (530, "cron arithmetic, pure"),
 }

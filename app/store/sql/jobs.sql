@@ -13,6 +13,10 @@
 
 -- name: job_enqueue
 -- Inserts jobs in order (scheduled when run_at is ahead); an item whose (queue, idempotency_key) exists is skipped and answered with no job.
+-- A job naming no callback_url takes its queue's default (migration 0020). The queue is looked
+-- up only while some queue has a default: the EXISTS is uncorrelated, so it runs once per
+-- statement (an InitPlan over the small queues table), and the per-item lookup under the CASE
+-- runs only when it said yes. callback_key_id is kept only for a job that has a callback.
 WITH items AS MATERIALIZED (
     -- A workflow's steps come with ids reserved beforehand (job_ids_reserve), so that their
     -- depends_on can name each other.
@@ -21,14 +25,19 @@ WITH items AS MATERIALIZED (
                AS new_id,
            COALESCE((t.item->>'run_at')::timestamptz,
                     now() + make_interval(secs => COALESCE((t.item->>'delay_seconds')::float8, 0)))
-               AS run_at
+               AS run_at,
+           COALESCE(t.item->>'callback_url',
+                    CASE WHEN (SELECT EXISTS (SELECT 1 FROM queues d WHERE d.callback_url IS NOT NULL))
+                         THEN (SELECT q.callback_url FROM queues q WHERE q.name = t.item->>'queue')
+                    END) AS callback_url
     FROM jsonb_array_elements(CAST(:items AS jsonb)) WITH ORDINALITY AS t(item, ord)
 ),
 inserted AS (
     INSERT INTO jobs (id, queue, type, payload, priority, status, max_attempts, lease_seconds,
                       timeout_seconds, run_at, idempotency_key, idempotency_hash,
-                      concurrency_key, traceparent, depends_on, on_parent_failure,
-                      ordering_key, workflow_id, workflow_step, has_dependents)
+                      concurrency_key, traceparent, callback_url, callback_key_id,
+                      depends_on, on_parent_failure, ordering_key, workflow_id, workflow_step,
+                      has_dependents)
     OVERRIDING SYSTEM VALUE
     SELECT new_id,
            item->>'queue',
@@ -44,6 +53,8 @@ inserted AS (
            item->>'idempotency_hash',
            item->>'concurrency_key',
            item->>'traceparent',
+           callback_url,
+           CASE WHEN callback_url IS NOT NULL THEN (item->>'callback_key_id')::bigint END,
            -- Jobs naming parents or an ordering key go through jobs_linked_inserted (migration
            -- 0021), which may make them waiting (or cancelled: a parent failed already).
            CASE WHEN jsonb_typeof(item->'depends_on') = 'array' THEN

@@ -4,40 +4,51 @@
 -- caller.
 
 -- name: queue_put
--- Creates a queue or sets a known one's switch (:paused NULL keeps it; a new queue is active), recording it in audit_log: queue.create for a queue with neither a row nor jobs before, else queue.pause / queue.resume (queue.create unchanged when nothing changed); answers whether it was created.
+-- Creates a queue or sets a known one's switch (:paused NULL keeps it; a new queue is active) and, when :set_callback, its default callback_url (NULL clears it), recording it in audit_log: queue.create for a queue with neither a row nor jobs before, else queue.pause / queue.resume (queue.create when only the callback or nothing changed, unchanged when nothing did; the callback set is in detail); answers whether it was created.
 -- The row is locked first, as in queue_set_paused. Whether this call inserted the row is read
 -- from xmax (0 for a row this statement inserted, not one it updated), so of two first PUTs at
 -- once only one answers created. A queue known only by its jobs gets a row and is not created.
 WITH prior AS (
-    SELECT (SELECT paused FROM queues WHERE name = :name FOR UPDATE) AS row_paused,
+    SELECT r.paused AS row_paused, r.callback_url AS row_callback,
            (SELECT COALESCE(sum(jobs), 0) FROM queue_counts WHERE queue = :name) AS jobs
+    FROM (SELECT 1) one
+    LEFT JOIN (SELECT paused, callback_url FROM queues WHERE name = :name FOR UPDATE) r ON true
 ),
 saved AS (
-    INSERT INTO queues AS q (name, paused)
-    SELECT CAST(:name AS text), COALESCE(CAST(:paused AS boolean), p.row_paused, false) FROM prior p
+    INSERT INTO queues AS q (name, paused, callback_url)
+    SELECT CAST(:name AS text), COALESCE(CAST(:paused AS boolean), p.row_paused, false),
+           CASE WHEN CAST(:set_callback AS boolean) THEN CAST(:callback_url AS text)
+                ELSE p.row_callback END
+    FROM prior p
     ON CONFLICT (name) DO UPDATE
         SET paused = COALESCE(CAST(:paused AS boolean), q.paused),
+            callback_url = EXCLUDED.callback_url,
             updated_at = CASE WHEN q.paused = COALESCE(CAST(:paused AS boolean), q.paused)
+                                   AND q.callback_url IS NOT DISTINCT FROM EXCLUDED.callback_url
                               THEN q.updated_at ELSE now() END
-    RETURNING q.name, q.paused, q.updated_at, q.xmax = 0 AS inserted
+    RETURNING q.name, q.paused, q.updated_at, q.callback_url, q.xmax = 0 AS inserted
 ),
 decided AS (
-    SELECT s.name, s.paused, s.updated_at, s.inserted AND p.jobs = 0 AS created,
-           COALESCE(p.row_paused, false) AS was_paused
+    SELECT s.name, s.paused, s.updated_at, s.callback_url, s.inserted AND p.jobs = 0 AS created,
+           COALESCE(p.row_paused, false) AS was_paused,
+           s.callback_url IS DISTINCT FROM p.row_callback AS callback_changed
     FROM saved s CROSS JOIN prior p
 ),
 audited AS (
-    INSERT INTO audit_log (actor, actor_key_id, action, outcome, queue, state_before, state_after)
+    INSERT INTO audit_log (actor, actor_key_id, action, outcome, queue, state_before, state_after,
+                           detail)
     SELECT CAST(:actor AS text), CAST(:actor_key_id AS bigint),
            CASE WHEN d.created OR d.was_paused = d.paused THEN 'queue.create'
                 WHEN d.paused THEN 'queue.pause' ELSE 'queue.resume' END,
-           CASE WHEN d.created OR d.was_paused <> d.paused THEN 'changed' ELSE 'unchanged' END,
+           CASE WHEN d.created OR d.was_paused <> d.paused OR d.callback_changed THEN 'changed'
+                ELSE 'unchanged' END,
            d.name,
            CASE WHEN d.created THEN NULL WHEN d.was_paused THEN 'paused' ELSE 'active' END,
-           CASE WHEN d.paused THEN 'paused' ELSE 'active' END
+           CASE WHEN d.paused THEN 'paused' ELSE 'active' END,
+           CASE WHEN d.callback_changed THEN jsonb_build_object('callback_url', d.callback_url) END
     FROM decided d
 )
-SELECT name, paused, updated_at, created FROM decided;
+SELECT name, paused, updated_at, callback_url, created FROM decided;
 
 -- name: queue_delete
 -- Deletes a queue's row while no job (of any state) names the queue, recording queue.delete in audit_log; answers whether the queue had a row, its unfinished and finished jobs, and whether it was deleted.
@@ -86,7 +97,7 @@ saved AS (
     SELECT CAST(:name AS text), CAST(:paused AS boolean) FROM prior
     WHERE row_paused IS NOT NULL OR jobs <> 0
     ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()
-    RETURNING name, paused, updated_at
+    RETURNING name, paused, updated_at, callback_url
 ),
 audited AS (
     INSERT INTO audit_log (actor, actor_key_id, action, outcome, queue, state_before, state_after)
@@ -98,7 +109,7 @@ audited AS (
            CASE WHEN s.paused THEN 'paused' ELSE 'active' END
     FROM saved s CROSS JOIN prior p
 )
-SELECT name, paused, updated_at FROM saved;
+SELECT name, paused, updated_at, callback_url FROM saved;
 
 -- name: queue_stats
 -- Per queue: jobs per state from the trigger-kept counters, how many scheduled ones are retrying, the age of the oldest pending job (one index probe) and last minute's successes.
@@ -122,6 +133,7 @@ names AS (
 )
 SELECT n.name,
        COALESCE(q.paused, false) AS paused,
+       q.callback_url,
        COALESCE(c.scheduled, 0)::bigint AS scheduled,
        -- An index-only count over ix_jobs_retrying: its rows are this queue's retrying jobs.
        (SELECT count(*) FROM jobs j

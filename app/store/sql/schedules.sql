@@ -31,7 +31,8 @@ WITH items AS MATERIALIZED (
 ),
 inserted AS (
     INSERT INTO jobs (id, queue, type, payload, priority, status, max_attempts, lease_seconds,
-                      timeout_seconds, run_at, concurrency_key, schedule_name, scheduled_for)
+                      timeout_seconds, run_at, concurrency_key, schedule_name, scheduled_for,
+                      callback_url)
     OVERRIDING SYSTEM VALUE
     SELECT new_id,
            item->>'queue',
@@ -45,7 +46,9 @@ inserted AS (
            run_at,
            item->>'concurrency_key',
            item->>'schedule_name',
-           run_at
+           run_at,
+           -- The queue's default callback (migration 0020), signed with JOBQ_WEBHOOK_SECRET.
+           (SELECT q.callback_url FROM queues q WHERE q.name = item->>'queue')
     FROM items
     ORDER BY ord
     ON CONFLICT (schedule_name, scheduled_for) WHERE schedule_name IS NOT NULL DO NOTHING
@@ -78,11 +81,12 @@ WITH target AS (
 ),
 inserted AS (
     INSERT INTO jobs (queue, type, payload, priority, status, max_attempts, lease_seconds,
-                      timeout_seconds, run_at, concurrency_key, schedule_name)
+                      timeout_seconds, run_at, concurrency_key, schedule_name, callback_url)
     SELECT t.queue, t.type, t.payload, t.priority, 'pending',
            COALESCE(t.max_attempts, CAST(:max_attempts AS int)),
            COALESCE(t.lease_seconds, CAST(:lease_seconds AS int)),
-           t.timeout_seconds, now(), t.concurrency_key, t.name
+           t.timeout_seconds, now(), t.concurrency_key, t.name,
+           (SELECT q.callback_url FROM queues q WHERE q.name = t.queue)
     FROM target t
     WHERE t.in_scope
     RETURNING *

@@ -7,9 +7,7 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     Column,
-    Computed,
     DateTime,
-    Float,
     Identity,
     Index,
     Integer,
@@ -86,6 +84,9 @@ jobs = Table(
     Column("progress_at", DateTime(timezone=True), nullable=True),
     # The W3C trace context of the enqueue (migration 0018), handed to the worker on claim.
     Column("traceparent", Text, nullable=True),
+    # Webhooks (migration 0020): where the outcome is POSTed at the finish, the key that signs.
+    Column("callback_url", Text, nullable=True),
+    Column("callback_key_id", BigInteger, nullable=True),
     # Composing work (migration 0021): the jobs this one waits for and what a parent's failure
     # does to it; has_dependents marks a parent (the finish trigger's WHEN reads it, so jobs
     # without dependents never call it); the ordering key whose jobs run one at a time in
@@ -214,37 +215,14 @@ jobs = Table(
     ),
 )
 
-# One row per POST /v1/workflows (migration 0021): its steps are jobs with its workflow_id.
-workflows = Table(
-    "workflows",
-    metadata,
-    Column("id", BigInteger, Identity(always=True), primary_key=True),
-    Column("name", Text, nullable=False),
-    Column("steps", Integer, nullable=False),
-    Column("created_by", Text, nullable=True),
-    Column("created_by_key_id", BigInteger, nullable=True),
-    Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
-    Index("ix_workflows_created_at", "created_at"),
-)
-
-# One row per (queue, ordering key) (migration 0021): the lock a key's enqueues and finishes
-# take turns on (the triggers of migration 0021), so two jobs of a key never both start.
-ordering_keys = Table(
-    "ordering_keys",
-    metadata,
-    Column("queue", Text, nullable=False),
-    Column("ordering_key", Text, nullable=False),
-    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
-    PrimaryKeyConstraint("queue", "ordering_key"),
-    Index("ix_ordering_keys_updated_at", "updated_at"),
-)
-
 queues = Table(
     "queues",
     metadata,
     Column("name", Text, primary_key=True),
     Column("paused", Boolean, nullable=False, server_default=text("false")),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    # The callback of the queue's jobs that name none (migration 0020).
+    Column("callback_url", Text, nullable=True),
 )
 
 # A job's history (migration 0017): a row for each transition its row cannot tell afterwards,
@@ -332,57 +310,6 @@ queue_throughput = Table(
     Index("ix_queue_throughput_minute", "minute"),
 )
 
-# Flow limits (migration 0011), set by operators: per key pattern or queue pattern (a glob, kept
-# with its LIKE form), a max_running and/or a token bucket of rate_limit claims per
-# rate_per_seconds. The most specific (longest) matching pattern of each scope applies.
-flow_limits = Table(
-    "flow_limits",
-    metadata,
-    Column("id", BigInteger, Identity(always=True), primary_key=True),
-    Column("scope", Text, nullable=False),
-    Column("pattern", Text, nullable=False),
-    Column("like_pattern", Text, nullable=False),
-    Column("max_running", Integer, nullable=True),
-    Column("rate_limit", Integer, nullable=True),
-    Column("rate_per_seconds", Float, nullable=True),
-    Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
-    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
-    CheckConstraint("scope IN ('key', 'queue')", name="scope"),
-    CheckConstraint("max_running IS NOT NULL OR rate_limit IS NOT NULL", name="some"),
-    CheckConstraint("(rate_limit IS NULL) = (rate_per_seconds IS NULL)", name="rate"),
-    CheckConstraint("max_running >= 1", name="max_running"),
-    CheckConstraint("rate_limit >= 1 AND rate_per_seconds > 0", name="rate_positive"),
-    UniqueConstraint("scope", "pattern"),
-)
-
-# One row per limited key in a queue ("key:<queue>|<concurrency_key>": since 0014 a key is
-# counted per queue) or per limited queue ("queue:<name>"), written only by the claim statement
-# (which locks it FOR UPDATE in key order) and by the trigger that gives running slots back; the
-# limit columns repeat what the last claim applied.
-flow_state = Table(
-    "flow_state",
-    metadata,
-    Column("key", Text, primary_key=True),
-    Column("running", Integer, nullable=False, server_default=text("0")),
-    Column("max_running", Integer, nullable=True),
-    Column("rate_limit", Integer, nullable=True),
-    Column("rate_per_seconds", Float, nullable=True),
-    Column("tokens", Float, nullable=True),
-    # At its max_running now, and when an emptied bucket has a whole token again: what a claim
-    # skips before it locks anything (partial indexes: only such rows).
-    Column("at_limit", Boolean, Computed("running >= max_running", persisted=True)),
-    Column("blocked_until", DateTime(timezone=True), nullable=True),
-    Column("refilled_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
-    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
-    CheckConstraint("running >= 0", name="running"),
-    Index("ix_flow_state_at_limit", "key", postgresql_where=text("at_limit")),
-    Index(
-        "ix_flow_state_blocked_until",
-        "blocked_until",
-        postgresql_where=text("blocked_until IS NOT NULL"),
-    ),
-)
-
 # API keys (migration 0007): the SHA-256 of each secret, never the secret; revoked, not deleted.
 api_keys = Table(
     "api_keys",
@@ -395,6 +322,15 @@ api_keys = Table(
     Column("secret_sha256", LargeBinary, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     Column("revoked_at", DateTime(timezone=True), nullable=True),
+    # Signs the key's jobs' webhooks (migration 0020), kept as is; the previous one for a while.
+    Column(
+        "webhook_secret",
+        Text,
+        nullable=False,
+        server_default=text("jobq_webhook_secret()"),
+    ),
+    Column("webhook_secret_previous", Text, nullable=True),
+    Column("webhook_secret_rotated_at", DateTime(timezone=True), nullable=True),
     CheckConstraint("role IN ('producer', 'worker', 'viewer', 'admin')", name="role"),
     UniqueConstraint("name"),
     UniqueConstraint("secret_sha256"),
@@ -426,6 +362,7 @@ AUDIT_ACTIONS = (
     "queue.delete",
     "job.run_now",
     "schedule.trigger",
+    "key.rotate_webhook_secret",
     "workflow.cancel",
     "workflow.retry",
 )
@@ -514,3 +451,17 @@ schedules = Table(
     # Listings of a scoped key's schedules.
     Index("ix_schedules_queue_name", "queue", "name"),
 )
+
+# The tables kept in modules of their own, registered on the same metadata (what Alembic diffs).
+from app.models.composing import ordering_keys, workflows  # noqa: E402
+from app.models.flow import flow_limits, flow_state  # noqa: E402
+from app.models.webhooks import webhook_deliveries  # noqa: E402
+
+__all__ = [
+    "flow_limits",
+    "flow_state",
+    "metadata",
+    "ordering_keys",
+    "webhook_deliveries",
+    "workflows",
+]

@@ -1,0 +1,43 @@
+"""Typed rows of composing work (migration 0021): a workflow, a step moved, a parent's outcome."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from app.domain.records import Record
+
+
+@dataclass(slots=True)
+class ParentOutcome(Record):
+    """One parent of a claimed job: how it ended, and its result while the claim has room for it."""
+
+    job_id: int  # the claimed job
+    id: int  # the parent
+    step: str | None
+    status: str  # 'deleted' when the parent is gone
+    result: Any | None
+    by_reference: bool  # the result exists but is left to GET /v1/jobs/{id}
+
+
+@dataclass(slots=True)
+class Workflow(Record):
+    """One row of ``workflows``."""
+
+    id: int
+    name: str
+    steps: int
+    created_by: str | None
+    created_by_key_id: int | None
+    created_at: datetime
+
+
+@dataclass(slots=True)
+class StepMoved(Record):
+    """A workflow step a cancel or retry moved: where it was, and where it went."""
+
+    id: int
+    queue: str
+    status_before: str
+    status: str = "cancelled"
