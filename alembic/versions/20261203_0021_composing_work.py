@@ -11,8 +11,9 @@ Create Date: 2026-12-03
   finish trigger looks at, so jobs without dependents pay no trigger call), ``jobs.ordering_key``,
   ``jobs.workflow_id`` and ``jobs.workflow_step``.
 - ``workflows``: one row per ``POST /v1/workflows`` (its name, who made it, its step count).
-- ``ordering_keys``: one row per (queue, ordering key), the lock that orders a key's enqueues
-  and finishes; it holds no count, so a row an idempotent replay touched is harmless.
+- ``ordering_keys``: one row per (queue, ordering key), the lock a key's enqueues take turns
+  on (a service enqueue locks its keys in order first); it holds no count, so a row an
+  idempotent replay touched is harmless.
 - Triggers, each with a ``WHEN`` condition so that other jobs never call them:
   - ``jobs_linked_inserted`` (BEFORE INSERT, jobs naming parents or an ordering key): locks the
     parents (a parent finishing concurrently is waited for, then seen finished), marks them
@@ -27,7 +28,8 @@ Create Date: 2026-12-03
     each waiting dependent whose parents have all ended as it asks becomes pending (scheduled
     when its run_at is ahead); dependents that need success are cancelled when the parent ended
     dead or cancelled (which cascades through this same trigger); the next waiting job of an
-    ordering key becomes due once no job of the key is open. Each move is written to
+    ordering key becomes due once no job of the key is open (without the key's lock: an enqueue
+    committing meanwhile is caught up by ``ordering_key_unstick``, app/store/sql/workflows.sql). Each move is written to
     ``job_events`` (``ready``, ``cancelled``) and a job made pending is announced on
     ``jobq_wakeup`` as ``jobq.enqueue()`` does (sender ``sql``).
 - ``job_events.kind`` gains ``ready``; ``audit_log.action`` gains ``workflow.cancel`` and
@@ -233,10 +235,12 @@ BEGIN
     END IF;
 
     -- The key's head ended (a waiting job leaving changes no turn): the next one's turn comes
-    -- when no job of the key is open.
+    -- when no job of the key is open. No lock on the key's row here: a finish takes no lock
+    -- beyond its own rows, so finishes and enqueues of several keys never wait for each other
+    -- in opposite orders. An enqueue committing while this runs may add a waiting job this
+    -- does not see; the enqueue's own check after its commit (ordering_key_unstick) and the
+    -- promoter's sweep make such a job due.
     IF j.ordering_key IS NOT NULL AND (TG_OP = 'DELETE' OR OLD.status <> 'waiting') THEN
-        INSERT INTO ordering_keys AS k (queue, ordering_key) VALUES (j.queue, j.ordering_key)
-        ON CONFLICT (queue, ordering_key) DO UPDATE SET updated_at = now();
         IF NOT EXISTS (SELECT 1 FROM jobs
                        WHERE queue = j.queue AND ordering_key = j.ordering_key
                          AND status IN ('scheduled', 'pending', 'running')) THEN

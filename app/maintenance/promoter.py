@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -10,6 +11,11 @@ from app.settings import setting_default
 
 PROMOTER_INTERVAL_DEFAULT: float = setting_default("promoter_interval_seconds")
 PROMOTER_BATCH_SIZE_DEFAULT: int = setting_default("promoter_batch_size")
+# Once a second, the keys whose rows an enqueue touched in the last ten seconds are looked at for
+# a waiting job with nothing open ahead of it (app/store/sql/workflows.sql, ordering_key_unstick):
+# the race it catches up lasts milliseconds, so each key is looked at about ten times.
+ORDERING_SWEEP_EVERY_SECONDS = 1.0
+ORDERING_KEYS_RECENT_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -38,10 +44,20 @@ class Promoter(BatchLoop[PromoterConfig]):
 
     name = "promoter"
     leader_only = False
+    _swept_at = float("-inf")  # when this instance last swept the ordering keys (monotonic)
 
     async def run_once(self, *, now: datetime | None = None) -> int:
-        """Promotes one batch of jobs due by ``now`` (default the database's now())."""
-        return await self.services.upkeep.promote(batch_size=self.config.batch_size, now=now)
+        """Promotes one batch of jobs due by ``now`` (default the database's now()), and catches
+        up ordering keys left with a waiting job and nothing open."""
+        promoted = await self.services.upkeep.promote(batch_size=self.config.batch_size, now=now)
+        clock = time.monotonic()
+        if clock - self._swept_at < ORDERING_SWEEP_EVERY_SECONDS:
+            return promoted
+        self._swept_at = clock
+        caught_up = await self.services.workflows.unstick_ordering_keys(
+            recent_seconds=ORDERING_KEYS_RECENT_SECONDS
+        )
+        return promoted + caught_up
 
     async def run_batch(self) -> int:
         """One batch; answers the jobs promoted."""

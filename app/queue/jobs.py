@@ -196,7 +196,7 @@ class JobService:
                 if isinstance(outcome, _Retry):
                     continue
                 return outcome
-            if len(jobs) == 1 and self._enqueues is not None and jobs[0].depends_on is None:
+            if len(jobs) == 1 and self._enqueues is not None and not _linked(jobs[0]):
                 [single] = await self._enqueues.submit(jobs)
                 if isinstance(single, _Retry):
                     continue
@@ -214,9 +214,12 @@ class JobService:
     ) -> list[tuple[Job, bool]] | _Retry:
         """The batch, then its callback waiting for every job of it, in one transaction."""
         *batch, callback = jobs
+        ordering = _ordering_keys(batch)
         try:
             async for attempt in self.unit.hot(transaction=True):
                 async with attempt as conn:
+                    if ordering:
+                        await self.stores.workflows.ordering_keys_lock(conn, keys=ordering)
                     outcomes = await self._enqueue_statement(conn, batch, singles=False)
                     for outcome in outcomes:
                         if isinstance(outcome, Exception):
@@ -233,6 +236,8 @@ class JobService:
         except _Retry as retry:
             return retry
         self._announce_created(answered)
+        if ordering:
+            await self._unstick(ordering)
         return answered
 
     async def parent_queues(self, ids: Sequence[int]) -> dict[int, str]:
@@ -248,14 +253,15 @@ class JobService:
     async def _enqueue_batch(self, jobs: Sequence[NewJob]) -> list[tuple[Job, bool]] | _Retry:
         # A job naming parents runs the insert trigger that locks them: one transaction, so a
         # parent refused (gone since it was checked) rolls the whole call back.
-        any_keys = any(
-            job.idempotency_key is not None or job.depends_on is not None for job in jobs
-        )
+        any_keys = any(job.idempotency_key is not None or _linked(job) for job in jobs)
+        ordering = _ordering_keys(jobs)
 
         try:
             # Keys need the lookup in the same transaction: a reused key rolls the batch back.
             async for attempt in self.unit.hot(transaction=any_keys):
                 async with attempt as conn:
+                    if ordering:
+                        await self.stores.workflows.ordering_keys_lock(conn, keys=ordering)
                     outcomes = await self._enqueue_statement(conn, jobs, singles=False)
                     for outcome in outcomes:
                         if isinstance(outcome, Exception):
@@ -264,7 +270,17 @@ class JobService:
         except _Retry as retry:
             return retry
         self._announce_created(answered)  # after the commit: a woken claim must see the jobs
+        if ordering:
+            await self._unstick(ordering)
         return answered
+
+    async def _unstick(self, keys: Sequence[tuple[str, str]]) -> None:
+        """After a keyed enqueue committed: a head that finished while it ran may have missed
+        its new waiting job (a finish takes no key lock); makes such a job due."""
+        async for attempt in self.unit.hot():
+            async with attempt as conn:
+                moved = await self.stores.workflows.ordering_key_unstick(conn, keys=keys)
+        self.events.wake_queues(queue for _, queue, status in moved if status == JobStatus.PENDING)
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -577,6 +593,17 @@ class JobService:
                 ]
             )
         return outcomes
+
+
+def _linked(job: NewJob) -> bool:
+    """Whether the job names parents or an ordering key: its enqueue takes locks, so it runs in a
+    transaction of its own call, never in a statement shared with other requests."""
+    return job.depends_on is not None or job.ordering_key is not None
+
+
+def _ordering_keys(jobs: Sequence[NewJob]) -> list[tuple[str, str]]:
+    """The (queue, ordering key) pairs of the jobs, sorted: the order their locks are taken in."""
+    return sorted({(j.queue, j.ordering_key) for j in jobs if j.ordering_key is not None})
 
 
 def _waited(row: Job) -> float:

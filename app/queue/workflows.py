@@ -100,6 +100,18 @@ class WorkflowService:
                 )
         return max(workflows, keys)
 
+    async def unstick_ordering_keys(self, *, recent_seconds: float) -> int:
+        """The promoter's sweep: makes due the oldest waiting job of each key enqueued to in the
+        last ``recent_seconds`` that has nothing open (a producer that enqueued in SQL, or an
+        instance that died between its enqueue and its own check); answers how many moved."""
+        async for attempt in self.unit.hot():
+            async with attempt as conn:
+                moved = await self.stores.workflows.ordering_key_unstick(
+                    conn, keys=None, recent_seconds=recent_seconds
+                )
+        self.events.wake_queues(queue for _, queue, status in moved if status == JobStatus.PENDING)
+        return len(moved)
+
     async def get(self, workflow_id: int) -> WorkflowView:
         """A workflow and its steps; ``NotFound`` for an unknown id."""
         if not valid_id(workflow_id):

@@ -7,7 +7,7 @@ from datetime import datetime
 
 from app.domain.records import Job
 from app.domain.workflow_records import ParentOutcome, StepMoved, Workflow
-from app.store.conn import Conn
+from app.store.conn import Conn, to_json
 
 
 class WorkflowStore:
@@ -74,6 +74,29 @@ class WorkflowStore:
             "workflow_retry", {"id": workflow_id, "actor": actor, "actor_key_id": actor_key_id}
         )
         return [StepMoved.from_row(row) for row in rows]
+
+    async def ordering_keys_lock(self, conn: Conn, *, keys: Sequence[tuple[str, str]]) -> None:
+        """Locks the (queue, ordering key) rows in key order, making missing ones (a transaction)."""
+        payload = [{"queue": q, "ordering_key": k} for q, k in keys]
+        await conn.fetch("ordering_keys_lock", {"keys": to_json(payload)})
+
+    async def ordering_key_unstick(
+        self,
+        conn: Conn,
+        *,
+        keys: Sequence[tuple[str, str]] | None,
+        recent_seconds: float = 0.0,
+    ) -> list[tuple[int, str, str]]:
+        """Makes the oldest waiting job of each key due where nothing of the key is open (the
+        given keys, or those enqueued to in the last ``recent_seconds``); answers (id, queue,
+        status) of each job moved."""
+        payload = (
+            None if keys is None else to_json([{"queue": q, "ordering_key": k} for q, k in keys])
+        )
+        rows = await conn.fetch(
+            "ordering_key_unstick", {"keys": payload, "recent_seconds": recent_seconds}
+        )
+        return [(int(r["id"]), str(r["queue"]), str(r["status"])) for r in rows]
 
     async def workflow_prune(
         self,

@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import asyncpg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.db import driver_dsn
 from app.domain.states import JobStatus
 from app.domain.types import LeaseUpdate, NewJob
 from app.queue.services import Services
@@ -146,3 +148,53 @@ async def test_concurrent_enqueues_and_finishes_of_one_key_never_leave_two_heads
     await asyncio.wait_for(asyncio.gather(*(produce() for _ in range(8)), work()), 60)
     assert finished == sorted(finished)  # enqueue (id) order
     assert await _states(clean_db, "hot") == ["succeeded"] * total
+
+
+async def _insert(conn: Any, key: str) -> int:
+    return int(
+        await conn.fetchval(
+            "INSERT INTO jobs (queue, type, ordering_key, max_attempts, lease_seconds) "
+            "VALUES ($1, 't', $2, 3, 30) RETURNING id",
+            Q,
+            key,
+        )
+    )
+
+
+async def test_a_finish_of_several_keys_never_waits_for_an_enqueue_holding_them(
+    svc: Services, clean_db: AsyncEngine, database_url: str
+) -> None:
+    """The deadlock a finish taking key locks had: an enqueue holding key b, then wanting key a,
+    while one statement finishes the heads of a and b. A finish takes no key lock now."""
+    enqueue = await asyncpg.connect(driver_dsn(database_url))
+    settle = await asyncpg.connect(driver_dsn(database_url))
+    try:
+        head_a, head_b = await _insert(enqueue, "a"), await _insert(enqueue, "b")
+        await enqueue.execute(
+            "UPDATE jobs SET status = 'running' WHERE id = ANY($1::bigint[])", [head_a, head_b]
+        )
+        tx = enqueue.transaction()
+        await tx.start()
+        later_b = await _insert(enqueue, "b")  # waits behind head_b: holds key b's row
+        # Returns without waiting for the enqueue (a timeout here is the old deadlock's first half).
+        await asyncio.wait_for(
+            settle.execute(
+                "UPDATE jobs SET status = 'succeeded', finished_at = now() "
+                "WHERE id = ANY($1::bigint[])",
+                [head_a, head_b],
+            ),
+            5,
+        )
+        later_a = await _insert(enqueue, "a")
+        await tx.commit()
+    finally:
+        await enqueue.close()
+        await settle.close()
+    # later_a saw head_a finished: due at once. later_b was written while head_b still ran, and
+    # head_b's finish could not see it: left waiting with nothing open, until caught up.
+    assert await _states(clean_db, "a") == ["succeeded", "pending"]
+    assert await _states(clean_db, "b") == ["succeeded", "waiting"]
+    moved = await svc.workflows.unstick_ordering_keys(recent_seconds=60)
+    assert moved == 1
+    assert await _states(clean_db, "b") == ["succeeded", "pending"]
+    assert (later_a, later_b) > (0, 0)

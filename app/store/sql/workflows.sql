@@ -155,3 +155,54 @@ WHERE (k.queue, k.ordering_key) IN (
     FOR UPDATE SKIP LOCKED
 )
 RETURNING k.queue;
+
+-- name: ordering_keys_lock
+-- Takes the rows of the given (queue, ordering key) pairs in key order (made when missing), in the enqueue's transaction: enqueues of several keys then never wait for each other in opposite orders.
+INSERT INTO ordering_keys AS k (queue, ordering_key)
+SELECT DISTINCT q.queue, q.ordering_key
+FROM jsonb_to_recordset(CAST(:keys AS jsonb)) AS q(queue text, ordering_key text)
+ORDER BY q.queue, q.ordering_key
+ON CONFLICT (queue, ordering_key) DO UPDATE SET updated_at = now();
+
+-- name: ordering_key_unstick
+-- For each given (queue, ordering key), or for the keys enqueued to in the last :recent_seconds when none are given, makes the oldest waiting job due when no job of the key is scheduled, pending or running; answers the jobs it moved.
+-- A finish looks for the next job without the key's lock, so an enqueue committing at that
+-- moment can leave its job waiting with nothing ahead; this catches it up (after each keyed
+-- enqueue, and in the promoter's pass). Two of these, or one and a finish, pick the same
+-- oldest job, and the row's re-check lets one move it.
+WITH keys AS (
+    SELECT q.queue, q.ordering_key
+    FROM jsonb_to_recordset(CAST(:keys AS jsonb)) AS q(queue text, ordering_key text)
+    WHERE CAST(:keys AS jsonb) IS NOT NULL
+    UNION
+    SELECT k.queue, k.ordering_key
+    FROM ordering_keys k
+    WHERE CAST(:keys AS jsonb) IS NULL
+      AND k.updated_at > now() - make_interval(secs => CAST(:recent_seconds AS float8))
+),
+stuck AS (
+    SELECT n.id
+    FROM keys k
+    CROSS JOIN LATERAL (
+        SELECT w.id FROM jobs w
+        WHERE w.queue = k.queue AND w.ordering_key = k.ordering_key AND w.status = 'waiting'
+        ORDER BY w.id
+        LIMIT 1
+    ) n
+    WHERE NOT EXISTS (SELECT 1 FROM jobs o
+                      WHERE o.queue = k.queue AND o.ordering_key = k.ordering_key
+                        AND o.status IN ('scheduled', 'pending', 'running'))
+),
+moved AS (
+    UPDATE jobs j
+    SET status = CASE WHEN j.run_at > now() THEN 'scheduled' ELSE 'pending' END,
+        updated_at = now()
+    FROM stuck s
+    WHERE j.id = s.id AND j.status = 'waiting'
+    RETURNING j.id, j.queue, j.status
+),
+events AS (
+    INSERT INTO job_events (job_id, kind, data)
+    SELECT id, 'ready', jsonb_build_object('status', status, 'caught_up', true) FROM moved
+)
+SELECT id, queue, status FROM moved;
