@@ -64,7 +64,7 @@ async def check_parents(
     wanted = {i for _, ids in named for i in ids}
     if not wanted:
         return
-    found = await services.jobs.parent_queues(sorted(wanted))
+    found = await services.workflows.parent_queues(sorted(wanted))
     for field, ids in named:
         for position, job_id in enumerate(ids):
             queue = found.get(job_id)

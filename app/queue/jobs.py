@@ -31,7 +31,7 @@ from app.domain.types import (
 from app.errors import DatabaseUnavailable, IdempotencyKeyReused, InvalidTransition, NotFound
 from app.queue.coalesce import Coalescer
 from app.queue.events import Events
-from app.queue.linked import ParentReader, ParentResultBounds
+from app.queue.linked import ParentReader, ParentResultBounds, linked, ordering_keys_of
 from app.queue.waiters import WaiterHub, wait_either
 from app.store import Stores
 from app.store.conn import Conn
@@ -196,7 +196,7 @@ class JobService:
                 if isinstance(outcome, _Retry):
                     continue
                 return outcome
-            if len(jobs) == 1 and self._enqueues is not None and not _linked(jobs[0]):
+            if len(jobs) == 1 and self._enqueues is not None and not linked(jobs[0]):
                 [single] = await self._enqueues.submit(jobs)
                 if isinstance(single, _Retry):
                     continue
@@ -214,7 +214,7 @@ class JobService:
     ) -> list[tuple[Job, bool]] | _Retry:
         """The batch, then its callback waiting for every job of it, in one transaction."""
         *batch, callback = jobs
-        ordering = _ordering_keys(batch)
+        ordering = ordering_keys_of(batch)
         try:
             async for attempt in self.unit.hot(transaction=True):
                 async with attempt as conn:
@@ -240,21 +240,11 @@ class JobService:
             await self._unstick(ordering)
         return answered
 
-    async def parent_queues(self, ids: Sequence[int]) -> dict[int, str]:
-        """The queue of each job of ``ids`` that exists (to check a producer may name it)."""
-        valid = [i for i in set(ids) if valid_id(i)]
-        if not valid:
-            return {}
-        async for attempt in self.unit.hot(idempotent=True):
-            async with attempt as conn:
-                found = await self.stores.workflows.job_parents_found(conn, ids=valid)
-        return found
-
     async def _enqueue_batch(self, jobs: Sequence[NewJob]) -> list[tuple[Job, bool]] | _Retry:
         # A job naming parents runs the insert trigger that locks them: one transaction, so a
         # parent refused (gone since it was checked) rolls the whole call back.
-        any_keys = any(job.idempotency_key is not None or _linked(job) for job in jobs)
-        ordering = _ordering_keys(jobs)
+        any_keys = any(job.idempotency_key is not None or linked(job) for job in jobs)
+        ordering = ordering_keys_of(jobs)
 
         try:
             # Keys need the lookup in the same transaction: a reused key rolls the batch back.
@@ -593,17 +583,6 @@ class JobService:
                 ]
             )
         return outcomes
-
-
-def _linked(job: NewJob) -> bool:
-    """Whether the job names parents or an ordering key: its enqueue takes locks, so it runs in a
-    transaction of its own call, never in a statement shared with other requests."""
-    return job.depends_on is not None or job.ordering_key is not None
-
-
-def _ordering_keys(jobs: Sequence[NewJob]) -> list[tuple[str, str]]:
-    """The (queue, ordering key) pairs of the jobs, sorted: the order their locks are taken in."""
-    return sorted({(j.queue, j.ordering_key) for j in jobs if j.ordering_key is not None})
 
 
 def _waited(row: Job) -> float:

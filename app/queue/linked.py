@@ -1,7 +1,8 @@
-"""What a claimed job that waited for others (depends_on) learns of them: a helper of the claim.
+"""Jobs linked to others (depends_on, ordering_key): helpers of the hot path.
 
-Not a service: JobService holds one and calls it after a claim took such jobs, so jobs without
-parents never pay for it.
+What a claimed job that waited for others learns of them (ParentReader: JobService holds one
+and calls it after a claim took such jobs, so jobs without parents never pay for it), and which
+enqueues take locks (``linked``) and in what order (``ordering_keys_of``). Not a service.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.domain.records import Job
+from app.domain.types import NewJob
 from app.domain.workflow_records import ParentOutcome
 from app.store import Stores
 from app.store.unit import UnitOfWork
@@ -73,3 +75,14 @@ class ParentReader:
         for row in claimed:
             if row.depends_on:
                 row.parents = parents_summary(by_job.get(row.id, []))
+
+
+def linked(job: NewJob) -> bool:
+    """Whether the job names parents or an ordering key: its enqueue takes locks, so it runs in a
+    transaction of its own call, never in a statement shared with other requests."""
+    return job.depends_on is not None or job.ordering_key is not None
+
+
+def ordering_keys_of(jobs: Sequence[NewJob]) -> list[tuple[str, str]]:
+    """The (queue, ordering key) pairs of the jobs, sorted: the order their locks are taken in."""
+    return sorted({(j.queue, j.ordering_key) for j in jobs if j.ordering_key is not None})

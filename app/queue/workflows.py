@@ -112,6 +112,16 @@ class WorkflowService:
         self.events.wake_queues(queue for _, queue, status in moved if status == JobStatus.PENDING)
         return len(moved)
 
+    async def parent_queues(self, ids: Sequence[int]) -> dict[int, str]:
+        """The queue of each job of ``ids`` that exists (to check a producer may name it)."""
+        valid = [i for i in set(ids) if valid_id(i)]
+        if not valid:
+            return {}
+        async for attempt in self.unit.hot(idempotent=True):
+            async with attempt as conn:
+                found = await self.stores.workflows.job_parents_found(conn, ids=valid)
+        return found
+
     async def get(self, workflow_id: int) -> WorkflowView:
         """A workflow and its steps; ``NotFound`` for an unknown id."""
         if not valid_id(workflow_id):

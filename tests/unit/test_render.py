@@ -59,6 +59,14 @@ def _row(**overrides: Any) -> dict[str, Any]:
         "scheduled_for": None,
         "progress_at": None,
         "traceparent": None,
+        "callback_url": None,
+        "callback_key_id": None,
+        "depends_on": None,
+        "on_parent_failure": None,
+        "has_dependents": False,
+        "ordering_key": None,
+        "workflow_id": None,
+        "workflow_step": None,
     }
     row.update(overrides)
     return row
