@@ -98,10 +98,8 @@ async def test_no_key_ever_runs_more_than_its_limit_across_two_instances(
 ) -> None:
     keys = [f"customer:{n % KEYS}" for n in range(JOBS)]
     async with two_instances(jobq_servers) as clients:
-        # The same workload without a limit first, for the throughput it is compared with.
-        await enqueue_keyed(clients[0], "free", [k.replace("customer", "free") for k in keys])
-        free_seconds = await run_workers(clients, "free", JOBS)
-
+        # What the limit costs in throughput is the benchmark's to say (python -m bench, the
+        # concurrency-key rows); this test holds the limit only.
         r = await clients[1].put(
             "/v1/limits", json={"scope": "key", "pattern": "customer:*", "max_running": MAX_RUNNING}
         )
@@ -133,7 +131,7 @@ async def test_no_key_ever_runs_more_than_its_limit_across_two_instances(
             (await conn.execute(text("SELECT status, count(*) FROM jobs GROUP BY 1"))).all()
         )
         held = await conn.scalar(text("SELECT COALESCE(sum(running), 0) FROM flow_state"))
-    assert states == {"succeeded": 2 * JOBS}
+    assert states == {"succeeded": JOBS}
     assert held == 0, "every running slot was given back"
     assert samples > 20, "the sampler saw the run"
     assert highest, "jobs were seen running"
@@ -141,7 +139,6 @@ async def test_no_key_ever_runs_more_than_its_limit_across_two_instances(
     assert max(highest.values()) == MAX_RUNNING, "the limit was reached, so it was tested"
     print(
         f"\n{JOBS} jobs, {KEYS} keys, {WORKERS} workers on 2 instances: "
-        f"without limits {JOBS / free_seconds:,.0f} jobs/s, "
         f"with max_running {MAX_RUNNING} per key {JOBS / limited_seconds:,.0f} jobs/s "
         f"({samples} samples, highest running per key {max(highest.values())})"
     )

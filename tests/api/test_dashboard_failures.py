@@ -19,13 +19,18 @@ async def admin(app: FastAPI, dashboard_keys: DashboardKeys) -> AsyncIterator[ht
         yield client
 
 
-async def _fail(client: httpx.AsyncClient, message: str, **fields: object) -> int:
+async def _fail(
+    client: httpx.AsyncClient, message: str, retry_after: float | None = None, **fields: object
+) -> int:
     job = (await client.post("/v1/jobs", json={"queue": "sync", "type": "pull", **fields})).json()
     [held] = (await client.post("/v1/claim", json={"worker_id": "w", "queues": ["sync"]})).json()[
         "jobs"
     ]
     error = {"type": "KeyError", "message": message, "traceback": f"Traceback\nKeyError: {message}"}
-    r = await client.post("/v1/fail", json={"worker_id": "w", "leases": [lease(held, error=error)]})
+    item = lease(held, error=error)
+    if retry_after is not None:
+        item["retry_after_seconds"] = retry_after
+    r = await client.post("/v1/fail", json={"worker_id": "w", "leases": [item]})
     assert r.status_code == 200 and r.json()["results"][0]["ok"]
     return int(job["id"])
 
@@ -35,7 +40,9 @@ async def test_a_failure_group_is_listed_confirmed_with_its_jobs_and_retried(
 ) -> None:
     async with api(app, dashboard_keys.admin) as client:
         dead = [await _fail(client, f"'row-{n}'", max_attempts=1) for n in range(3)]
-        waiting = await _fail(client, "'row-9'", max_attempts=3)
+        # Retried an hour out: a backoff drawn short would let the promoter make it pending
+        # before the check below on a slow machine.
+        waiting = await _fail(client, "'row-9'", retry_after=3600, max_attempts=3)
     page = await admin.get("/dashboard/failures")
     assert page.status_code == 200
     html = page.text
@@ -84,7 +91,7 @@ async def test_a_retrying_job_shows_as_retrying_and_runs_now_from_its_page(
     app: FastAPI, admin: httpx.AsyncClient, dashboard_keys: DashboardKeys
 ) -> None:
     async with api(app, dashboard_keys.admin) as client:
-        job_id = await _fail(client, "'currency'", max_attempts=3)
+        job_id = await _fail(client, "'currency'", retry_after=3600, max_attempts=3)
     page = await admin.get(f"/dashboard/jobs/{job_id}")
     assert 'id="job-status">retrying</span>' in page.text
     assert "KeyError: &#39;currency&#39;" in page.text
