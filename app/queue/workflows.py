@@ -154,9 +154,13 @@ class WorkflowService:
     async def _change(
         self, workflow_id: int, *, cancel: bool, actor: str, key_id: int | None
     ) -> list[StepMoved]:
-        await self.get(workflow_id)  # NotFound first
+        if not valid_id(workflow_id):
+            raise NotFound(f"workflow {workflow_id} not found")
         async for attempt in self.unit.ops(transaction=True):
             async with attempt as conn:
+                found = await self.stores.workflows.workflow_get(conn, workflow_id=workflow_id)
+                if found is None:
+                    raise NotFound(f"workflow {workflow_id} not found")
                 # Every step locked first: a finish in flight commits before the change reads
                 # the steps, and its trigger, waiting for these locks, sees the change after.
                 await self.stores.workflows.workflow_lock(conn, workflow_id=workflow_id)
