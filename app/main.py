@@ -38,6 +38,7 @@ from app.errors import DatabaseUnavailable, brief, install_error_handlers
 from app.http.body_limit import BodyLimit
 from app.http.fastpath import JobqAPI
 from app.logs import RequestIds, log_job_events
+from app.maintenance.counters import CounterFold, CounterFoldConfig
 from app.maintenance.gauges import QueueGauges
 from app.maintenance.promoter import Promoter, PromoterConfig
 from app.maintenance.pruner import Pruner, PrunerConfig
@@ -134,6 +135,7 @@ def _loops(settings: Settings, services: Services, hub: WaiterHub) -> list[Loop]
                     webhook_seconds=settings.webhook_retention_seconds,
                 ),
             ),
+            CounterFold(services=services, config=CounterFoldConfig()),
             Scheduler(
                 services=services,
                 config=SchedulerConfig(

@@ -285,28 +285,29 @@ workers = Table(
     Index("ix_workers_last_seen_at", "last_seen_at"),
 )
 
-# Per-queue job counts per state, kept exact by triggers on jobs (migration 0006); each backend
-# adds to its own shard so concurrent statements do not wait on one row. Sum over shards to read.
+# Per-queue job counts per state, kept exact by triggers on jobs: an append-only journal of signed
+# moves (migration 0022), so concurrent statements never wait on one row; sum the rows to read.
+# app/maintenance/counters.py folds them into their sums every couple of seconds.
 queue_counts = Table(
     "queue_counts",
     metadata,
     Column("queue", Text, nullable=False),
     Column("status", Text, nullable=False),
-    Column("shard", SmallInteger, nullable=False),
+    # Always 0 since migration 0022; kept for the previous release's statements.
+    Column("shard", SmallInteger, nullable=False, server_default=text("0")),
     Column("jobs", BigInteger, nullable=False),
-    PrimaryKeyConstraint("queue", "status", "shard"),
 )
 
-# Per-queue outcomes (succeeded, failed, dead, cancelled) per minute, kept by the same triggers.
+# Per-queue outcomes (succeeded, failed, dead, cancelled) per minute, kept by the same triggers
+# as the same kind of journal: sum the rows of a (queue, minute, outcome).
 queue_throughput = Table(
     "queue_throughput",
     metadata,
     Column("queue", Text, nullable=False),
     Column("minute", DateTime(timezone=True), nullable=False),
     Column("outcome", Text, nullable=False),
-    Column("shard", SmallInteger, nullable=False),
+    Column("shard", SmallInteger, nullable=False, server_default=text("0")),
     Column("jobs", BigInteger, nullable=False),
-    PrimaryKeyConstraint("queue", "minute", "outcome", "shard"),
     Index("ix_queue_throughput_minute", "minute"),
 )
 

@@ -18,7 +18,8 @@ from app.store.unit import UnitOfWork
 
 
 class UpkeepService:
-    """Reaps expired leases, promotes due scheduled jobs, prunes old history, counts due jobs."""
+    """Reaps expired leases, promotes due scheduled jobs, prunes old history, folds the counters,
+    counts due jobs."""
 
     def __init__(self, *, unit: UnitOfWork, stores: Stores, events: Events) -> None:
         self.unit = unit
@@ -85,6 +86,17 @@ class UpkeepService:
                     conn, keep_seconds=keep_seconds, batch_size=batch_size, now=now
                 )
         return pruned
+
+    async def fold_counters(self, *, batch_size: int) -> int:
+        """Folds at most ``batch_size`` rows of each counter journal (queue counts, per-minute
+        outcomes) into their sums; answers the larger number folded."""
+        async for attempt in self.unit.ops():
+            async with attempt as conn:
+                counts = await self.stores.queues.queue_counts_fold(conn, batch_size=batch_size)
+                outcomes = await self.stores.queues.queue_throughput_fold(
+                    conn, batch_size=batch_size
+                )
+        return max(counts, outcomes)
 
     async def due_in_queues(self, queues: Sequence[str], *, cap: int) -> dict[str, int]:
         """Per unpaused queue, how many jobs are due now (up to ``cap``)."""

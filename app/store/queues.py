@@ -97,6 +97,16 @@ class QueueStore:
         )
         return [QueueWindowStats.from_row(row) for row in rows]
 
+    async def queue_counts_fold(self, conn: Conn, *, batch_size: int) -> int:
+        """Folds at most ``batch_size`` counter rows into one per (queue, state); answers how many."""
+        rows = await conn.fetch("queue_counts_fold", {"batch_size": batch_size})
+        return int(rows[0]["folded"])
+
+    async def queue_throughput_fold(self, conn: Conn, *, batch_size: int) -> int:
+        """Folds at most ``batch_size`` outcome rows into one per (queue, minute, outcome)."""
+        rows = await conn.fetch("queue_throughput_fold", {"batch_size": batch_size})
+        return int(rows[0]["folded"])
+
     async def queue_throughput_prune(
         self,
         conn: Conn,

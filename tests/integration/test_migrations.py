@@ -57,7 +57,6 @@ def test_upgrade_downgrade_upgrade_round_trip(empty_database: str) -> None:
     assert asyncio.run(_inspect(empty_database, _functions)) == {
         "jobq_backoff",
         "jobq_errors_append",
-        "jobq_counter_shard",
         "jobq_counts_inserted",
         "jobq_counts_updated",
         "jobq_counts_deleted",

@@ -10,6 +10,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.domain.types import LeaseUpdate, NewJob
+from app.maintenance.counters import CounterFold, CounterFoldConfig
 from app.queue.services import Services
 
 QUEUES = ["a", "b", "c"]
@@ -92,10 +93,46 @@ async def test_counters_stay_exact_under_concurrent_writers(
             if items:
                 await svc.jobs.complete(worker_id=f"w{n}", items=items)
 
-    await asyncio.gather(*(producer(n) for n in range(4)), *(consumer(n) for n in range(4)))
+    fold = CounterFold(services=svc, config=CounterFoldConfig(batch_size=5))
+    writers = asyncio.gather(*(producer(n) for n in range(4)), *(consumer(n) for n in range(4)))
+    folds = 0
+    while not writers.done():  # two folds at a time, racing the writers and each other
+        await asyncio.gather(svc.upkeep.fold_counters(batch_size=7), fold.run_once())
+        folds += 1
+    await writers
+    assert folds >= 1
     assert await _counted(clean_db) == await _actual(clean_db)
-    async with clean_db.connect() as conn:
-        shards = (
-            await conn.execute(text("SELECT count(DISTINCT shard) FROM queue_counts"))
-        ).scalar_one()
-    assert shards >= 1
+
+
+async def _rows(engine: AsyncEngine, table: str) -> int:
+    async with engine.connect() as conn:
+        return int((await conn.execute(text(f"SELECT count(*) FROM {table}"))).scalar_one())
+
+
+async def test_a_fold_leaves_one_row_per_queue_and_state_with_the_same_sums(
+    clean_db: AsyncEngine, svc: Services
+) -> None:
+    for n in range(12):  # each statement appends its own rows to the journals
+        await svc.jobs.enqueue([NewJob(queue=QUEUES[n % 3], type="t")])
+    claimed = await svc.jobs.claim(worker_id="w", queues=QUEUES, max_jobs=12, lease_seconds=30)
+    for job in claimed[:6]:
+        await svc.jobs.complete(
+            worker_id="w", items=[LeaseUpdate(job_id=job.id, lease_id=str(job.lease_id))]
+        )
+    before = await _counted(clean_db)
+    assert await _rows(clean_db, "queue_counts") > len(before)
+    assert await _rows(clean_db, "queue_throughput") == 6
+
+    fold = CounterFold(services=svc, config=CounterFoldConfig(batch_size=1000))
+    journal = await _rows(clean_db, "queue_counts")
+    assert await fold.run_once() == journal  # the larger journal, all of it
+    assert await _counted(clean_db) == before == await _actual(clean_db)
+    # succeeded and running in each queue; pending is gone where nothing is left pending
+    assert await _rows(clean_db, "queue_counts") == len(before)
+    assert await _rows(clean_db, "queue_throughput") == 3
+
+    # A batch smaller than the journal folds part of it; the sums never change.
+    await svc.jobs.enqueue([NewJob(queue="a", type="t")] * 3)
+    await svc.jobs.enqueue([NewJob(queue="a", type="t")])
+    assert await CounterFold(services=svc, config=CounterFoldConfig(batch_size=1)).run_once() == 1
+    assert await _counted(clean_db) == await _actual(clean_db)

@@ -173,6 +173,36 @@ WHERE t.minute > date_trunc('minute', now()) - make_interval(mins => CAST(:minut
 GROUP BY t.queue, t.minute, t.outcome
 ORDER BY t.queue, t.minute, t.outcome;
 
+-- name: queue_counts_fold
+-- Replaces at most :batch_size rows of the counter journal by one row per (queue, state) holding their sum (none when it is 0); answers the rows folded away.
+-- The triggers on jobs only append to queue_counts (migration 0022); this keeps it short. One
+-- statement: a reader sees the rows or their sum, never both, and rows appended meanwhile are not
+-- in its snapshot, so they stay. Two folds at once each delete only rows the other has not.
+WITH folded AS (
+    DELETE FROM queue_counts c
+    WHERE c.ctid = ANY (ARRAY(SELECT ctid FROM queue_counts LIMIT :batch_size))
+    RETURNING c.queue, c.status, c.jobs
+),
+summed AS (
+    INSERT INTO queue_counts (queue, status, jobs)
+    SELECT queue, status, sum(jobs) FROM folded GROUP BY queue, status HAVING sum(jobs) <> 0
+)
+SELECT count(*) AS folded FROM folded;
+
+-- name: queue_throughput_fold
+-- Replaces at most :batch_size rows of the per-minute outcome journal by one row per (queue, minute, outcome) holding their sum; answers the rows folded away.
+-- As queue_counts_fold, for queue_throughput.
+WITH folded AS (
+    DELETE FROM queue_throughput t
+    WHERE t.ctid = ANY (ARRAY(SELECT ctid FROM queue_throughput LIMIT :batch_size))
+    RETURNING t.queue, t.minute, t.outcome, t.jobs
+),
+summed AS (
+    INSERT INTO queue_throughput (queue, minute, outcome, jobs)
+    SELECT queue, minute, outcome, sum(jobs) FROM folded GROUP BY queue, minute, outcome
+)
+SELECT count(*) AS folded FROM folded;
+
 -- name: queue_throughput_prune
 -- Deletes at most :batch_size per-minute outcome rows older than :keep_seconds.
 DELETE FROM queue_throughput t
