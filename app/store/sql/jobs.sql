@@ -110,7 +110,10 @@ status = 'running',
         started_at = now(),
         updated_at = now()
     FROM slotted s
-    WHERE j.id = s.id
+    -- The ids as an array as well: a generic plan cannot know how many jobs were picked, and
+    -- joined on the CTE alone it may guess hundreds and hash a scan of the whole table; an
+    -- array of ids is probed through the primary key whatever its guessed length.
+    WHERE j.id = ANY (ARRAY(SELECT id FROM slotted)) AND j.id = s.id
     RETURNING s.slot, j.*
 
 -- name: job_claim
@@ -483,7 +486,11 @@ WITH items AS MATERIALIZED (
 before AS MATERIALIZED (
     SELECT j.id, jobq_progress_decile(j.progress) AS decile
     FROM items i JOIN jobs j ON j.id = i.job_id
-    WHERE i.has_progress AND jobq_progress_decile(i.progress) IS NOT NULL
+    -- The ids as an array too, probed through the primary key: the generic plan the hot pool
+    -- keeps (app/db.py) cannot count the items, and guessing a hundred it would hash a scan
+    -- of a small table.
+    WHERE j.id = ANY (ARRAY(SELECT job_id FROM items WHERE has_progress))
+      AND i.has_progress AND jobq_progress_decile(i.progress) IS NOT NULL
 ),
 beaten AS (
     UPDATE jobs j

@@ -1,0 +1,195 @@
+"""Every statement the hot pool runs has a generic plan that reads through indexes.
+
+The hot pool keeps one generic plan per prepared statement (``plan_cache_mode`` is
+``force_generic_plan`` on its connections, app/db.py): planning again on every call cost about
+as much as running a one-job claim. A generic plan is made without the parameters' values, so a
+statement whose plan only works for small values (a join that guesses hundreds of picked rows
+and hashes a scan of the whole table) would read the whole history on every call.
+
+The statements are the ones a real day of the queue runs: the scenario below goes through the
+services on the hot pool while each named statement and its arguments are recorded, then each
+is explained as ``EXECUTE`` of a prepared statement under ``force_generic_plan`` on a long
+history (``bench/plans.py``'s seed), on each plan server.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import asyncpg
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import NullPool
+
+from app.db import async_url, create_driver_pool, driver_dsn
+from app.domain.types import LeaseUpdate, NewJob
+from app.store.conn import DriverConn, Row
+from app.store.statements import statement
+from bench.plans import nodes, seed_history
+from tests.integration.helpers import PLAN_SERVERS, migrated_database, service
+
+# Tables whose size follows the history: a generic plan must not scan them whole.
+HISTORY_TABLES = {"jobs", "job_events"}
+
+
+async def _seed_backlog(conn: Any) -> None:
+    """A backlog of 5,000 jobs and no history: where a hash join over a scan of the table
+    looked cheaper to the planner than probing the primary key for the rows a claim picked."""
+    await conn.exec_driver_sql(
+        "INSERT INTO jobs (queue, type, status, max_attempts, lease_seconds) "
+        "SELECT 'hot', 't', 'pending', 10, 30 FROM generate_series(1, 5000)"
+    )
+
+
+async def _seed_history(conn: Any) -> None:
+    await seed_history(conn, finished=50_000, scheduled=10_000)
+
+
+SEEDS = {"history": _seed_history, "backlog": _seed_backlog}
+
+
+@pytest.fixture(scope="module", params=[(s, d) for s in PLAN_SERVERS for d in SEEDS])
+def seeded(request: pytest.FixtureRequest, pg_server_url: str) -> Iterator[tuple[str, str]]:
+    """A migrated database on a plan server, and the name of the seed it gets."""
+    server, seed = request.param
+    for url in migrated_database(server, pg_server_url, "jobq_generic"):
+        yield url, seed
+
+
+@pytest.fixture(scope="module")
+def history_url(seeded: tuple[str, str]) -> str:
+    return seeded[0]
+
+
+@pytest.fixture(scope="module")
+async def recorded(seeded: tuple[str, str]) -> AsyncIterator[dict[str, list[Any]]]:
+    """The hot statements of a scenario on a long history, each with its first arguments."""
+    history_url, seed = seeded
+    engine: AsyncEngine = create_async_engine(async_url(history_url), poolclass=NullPool)
+    pool = await create_driver_pool(history_url, size=2, application_name="jobq-tests")
+    calls: dict[str, list[Any]] = {}
+    original = DriverConn.fetch
+
+    async def recording(
+        self: DriverConn, name: str, params: Mapping[str, Any] | None = None
+    ) -> Sequence[Row]:
+        calls.setdefault(name, statement(name).arguments(dict(params or {})))
+        return await original(self, name, params)
+
+    try:
+        async with engine.begin() as conn:
+            await SEEDS[seed](conn)
+        async with engine.begin() as conn:
+            await conn.exec_driver_sql("ANALYZE jobs")
+        svc = service(engine, pool)
+        DriverConn.fetch = recording  # type: ignore[method-assign]
+        try:
+            await _day_of_the_queue(svc)
+        finally:
+            DriverConn.fetch = original  # type: ignore[method-assign]
+        yield calls
+    finally:
+        await pool.close()
+        await engine.dispose()
+
+
+async def _day_of_the_queue(svc: Any) -> None:
+    """Enqueues (single, batch, keyed, delayed), claims of one and of many queues, every lease
+    call, and a read of a job."""
+    await svc.jobs.enqueue([NewJob(queue="hot", type="t", payload={"n": 1})])
+    await svc.jobs.enqueue(
+        [NewJob(queue="hot", type="t", idempotency_key=f"k{n}") for n in range(5)]
+        + [NewJob(queue="other", type="t", delay_seconds=3600)]
+    )
+    got = await svc.jobs.claim(worker_id="w", queues=["hot"], max_jobs=1, lease_seconds=30)
+    got += await svc.jobs.claim(
+        worker_id="w", queues=["hot", "other"], max_jobs=5, lease_seconds=30
+    )
+    items = [LeaseUpdate(job_id=j.id, lease_id=str(j.lease_id)) for j in got]
+    assert len(items) == 6
+    await svc.jobs.heartbeat(worker_id="w", items=items[:2])
+    await svc.jobs.complete(worker_id="w", items=items[:2])
+    await svc.jobs.fail(worker_id="w", items=items[2:4])
+    await svc.jobs.fail(worker_id="w", items=[replace(items[4], retryable=False)])
+    await svc.jobs.release(worker_id="w", items=items[5:])
+    await svc.jobs.get(items[0].job_id)
+    # Composed work: a child of a finished job, an ordered pair.
+    await svc.jobs.enqueue(
+        [
+            NewJob(queue="hot", type="t", depends_on=(items[0].job_id,)),
+            NewJob(queue="hot", type="t", ordering_key="o"),
+            NewJob(queue="hot", type="t", ordering_key="o"),
+        ]
+    )
+    # With a limit: the limited claim and its flow rows.
+    await svc.limits.put(
+        scope="key",
+        pattern="k*",
+        max_running=2,
+        rate_limit=None,
+        rate_per_seconds=None,
+        actor="test",
+        actor_key_id=None,
+    )
+    await svc.jobs.enqueue(
+        [NewJob(queue="hot", type="t", concurrency_key=f"k{n}") for n in range(4)]
+    )
+    limited = await svc.jobs.claim(worker_id="w", queues=["hot"], max_jobs=3, lease_seconds=30)
+    await svc.jobs.complete(
+        worker_id="w", items=[LeaseUpdate(job_id=j.id, lease_id=str(j.lease_id)) for j in limited]
+    )
+
+
+async def _generic_plan(url: str, sql: str, arguments: list[Any]) -> dict[str, Any]:
+    conn = await asyncpg.connect(driver_dsn(url))
+    try:
+        # EXECUTE takes no bind parameters: each argument goes in as a literal of its type,
+        # rendered by the server from the value the driver would bind.
+        literals = []
+        for parameter, value in zip(
+            (await conn.prepare(sql)).get_parameters(), arguments, strict=True
+        ):
+            kind = await conn.fetchval("SELECT format_type($1, NULL)", parameter.oid)
+            literal = await conn.fetchval(f"SELECT quote_nullable(CAST($1 AS {kind}))", value)
+            literals.append(f"CAST({literal} AS {kind})")
+        await conn.execute("SET plan_cache_mode = force_generic_plan")
+        await conn.execute(f"PREPARE probe AS {sql}")
+        execute = f"EXECUTE probe({', '.join(literals)})" if literals else "EXECUTE probe"
+        async with conn.transaction():  # explained only: nothing runs, nothing is kept
+            text = await conn.fetchval(f"EXPLAIN (FORMAT JSON) {execute}")
+        plan: dict[str, Any] = json.loads(text)[0]["Plan"]
+        return plan
+    finally:
+        await conn.close()
+
+
+async def test_the_scenario_ran_the_hot_statements(recorded: dict[str, list[Any]]) -> None:
+    assert {
+        "job_enqueue",
+        "job_claim",
+        "job_heartbeat",
+        "job_complete",
+        "job_fail",
+        "job_release",
+        "job_get",
+        "job_claim_limited",
+    } <= set(recorded)
+
+
+async def test_no_generic_plan_of_a_hot_statement_scans_the_history(
+    recorded: dict[str, list[Any]], history_url: str
+) -> None:
+    scans = {}
+    for name, arguments in sorted(recorded.items()):
+        plan = await _generic_plan(history_url, statement(name).positional[0], arguments)
+        seq = [
+            node["Relation Name"]
+            for node in nodes(plan)
+            if node["Node Type"] == "Seq Scan" and node.get("Relation Name") in HISTORY_TABLES
+        ]
+        if seq:
+            scans[name] = seq
+    assert not scans, scans
