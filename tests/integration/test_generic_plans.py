@@ -124,6 +124,8 @@ async def _day_of_the_queue(svc: Any) -> None:
             NewJob(queue="hot", type="t", ordering_key="o"),
         ]
     )
+    assert await svc.workflows.parent_queues([items[0].job_id]) == {items[0].job_id: "hot"}
+    await svc.workflows.unstick_ordering_keys(recent_seconds=10)
     # With a limit: the limited claim and its flow rows.
     await svc.limits.put(
         scope="key",
