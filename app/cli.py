@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import getpass
 import ipaddress
 import json
@@ -99,8 +100,9 @@ def _serve(args: argparse.Namespace) -> int:
             count=settings.workers,
             grace_seconds=settings.shutdown_grace_seconds + 5,
         ).run()
-    JobqServer.for_app(create_app(settings), log_level=args.log_level).run()
-    return 0
+    server = JobqServer.for_app(create_app(settings), log_level=args.log_level)
+        server.run(sockets=[reuse_port_socket(settings.host, settings.port)])
+        return 0
 
 
 def _schedules_file_problem(settings: Settings) -> str | None:

@@ -78,6 +78,30 @@ def _string_problem(value: str) -> str | None:
     return None
 
 
+def _shape(value: Any, *, max_depth: int) -> int:
+    """Raises ``_Rejected`` with the path of the first nesting past ``max_depth``; answers how
+    many keys the objects in ``value`` hold. Scalars are not visited: for what orjson accepted
+    from a body without ``\\u0000``, no string or number can be refused (see :func:`parse_strict_json`)."""
+    if not isinstance(value, dict | list):
+        return 0
+    keys = 0
+    stack: list[tuple[Any, tuple[str | int, ...], int]] = [(value, (), 1)]
+    while stack:
+        current, path, depth = stack.pop()
+        if depth > max_depth:
+            raise _Rejected(f"nesting deeper than {max_depth} levels", path)
+        if isinstance(current, dict):
+            keys += len(current)
+            for key, item in current.items():
+                if isinstance(item, dict | list):
+                    stack.append((item, (*path, key), depth + 1))
+        else:
+            for i, item in enumerate(current):
+                if isinstance(item, dict | list):
+                    stack.append((item, (*path, i), depth + 1))
+    return keys
+
+
 def check_json_value(value: Any, *, max_depth: int) -> int:
     """Raises ``_Rejected`` with the path of the first string, key or nesting PostgreSQL would refuse.
 
@@ -172,8 +196,11 @@ def parse_strict_json(body: bytes, *, max_depth: int = _MAX_DEPTH_DEFAULT) -> An
         except orjson.JSONDecodeError:
             pass  # Python's parser below says what is wrong, and where
         else:
+            # orjson refuses unpaired surrogates and numbers past a double, so of what jsonb
+            # cannot store only NUL can have passed, and only written as the escape \u0000.
+            check = check_json_value if b"\\u0000" in body else _shape
             try:
-                keys = check_json_value(value, max_depth=max_depth)
+                keys = check(value, max_depth=max_depth)
             except _Rejected as exc:
                 raise _validation_error(("body", *exc.path), exc.message) from None
             _refuse_repeated_keys(body, keys, utf8=True)
