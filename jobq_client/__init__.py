@@ -11,7 +11,7 @@ The names below are the public API. Inside: ``worker`` (claim loop, run / stop /
 (``verify_signature`` for receivers of completion webhooks).
 """
 
-from jobq_client.client import Client
+from jobq_client.client import Client, LeaseResults
 from jobq_client.composing import Callback, EnqueuedBatch, Step
 from jobq_client.context import JobContext
 from jobq_client.errors import (
@@ -33,6 +33,7 @@ __all__ = [
     "JobContext",
     "JobqError",
     "LeaseLost",
+    "LeaseResults",
     "NonRetryableError",
     "Step",
     "StopRequested",

@@ -45,6 +45,26 @@ EARLY_ANSWER_PAUSE_MAX_SECONDS = 1.0
 DROPPED_CONNECTION_RETRIES = 2
 
 
+class LeaseResults(list[dict[str, Any]]):
+    """The per-lease results of a complete, fail or release, in request order (a list, as these
+    calls always answered), with what its ``claim_next`` claimed.
+
+    ``claimed``: the jobs leased to the worker by the same call, as :meth:`Client.claim` answers
+    them (``None`` when the call asked for none). ``claim_error``: the claim failed after the
+    transition was done (the results stand); ``claimed`` then holds what it leased before.
+    """
+
+    def __init__(
+        self,
+        results: Sequence[dict[str, Any]],
+        claimed: list[dict[str, Any]] | None = None,
+        claim_error: JobqError | None = None,
+    ) -> None:
+        super().__init__(results)
+        self.claimed = claimed
+        self.claim_error = claim_error
+
+
 def new_idempotency_key() -> str:
     """A key for one logical enqueue, so that sending it again can never create a second job."""
     return f"auto:{secrets.token_urlsafe(16)}"
@@ -657,14 +677,36 @@ class Client:
         return jobs
 
     async def _lease_call(
-        self, operation: str, worker_id: str, leases: Sequence[Mapping[str, Any]]
-    ) -> list[dict[str, Any]]:
-        body = {"worker_id": worker_id, "leases": [dict(item) for item in leases]}
+        self,
+        operation: str,
+        worker_id: str,
+        leases: Sequence[Mapping[str, Any]],
+        claim_next: Mapping[str, Any] | None = None,
+    ) -> LeaseResults:
+        body: dict[str, Any] = {"worker_id": worker_id, "leases": [dict(item) for item in leases]}
+        timeout = None
+        if claim_next is not None:
+            body["claim_next"] = dict(claim_next)
+            wait = float(claim_next.get("wait_seconds") or 0)
+            # The claim may long-poll: read for that long plus the usual.
+            timeout = httpx.Timeout(self.timeout, read=self.timeout + max(0.0, wait))
         # Safe to send twice: the same complete / fail / release with the same lease is answered
-        # as a replay, and a second heartbeat only extends the lease again.
-        answer = await self._call("POST", f"/v1/{operation}", json=body, repeatable=True)
-        results: list[dict[str, Any]] = answer["results"]
-        return results
+        # as a replay, and a second heartbeat only extends the lease again. Not with a claim
+        # riding along: as a claim, that is never sent again.
+        answer = await self._call(
+            "POST",
+            f"/v1/{operation}",
+            json=body,
+            request_timeout=timeout,
+            repeatable=claim_next is None,
+        )
+        claimed = answer.get("claimed")
+        problem = answer.get("claim_error")
+        return LeaseResults(
+            answer["results"],
+            None if claimed is None else claimed["jobs"],
+            None if problem is None else JobqError(int(problem.get("status") or 500), problem),
+        )
 
     async def heartbeat(
         self, worker_id: str, leases: Sequence[Mapping[str, Any]]
@@ -678,27 +720,45 @@ class Client:
         return await self._lease_call("heartbeat", worker_id, leases)
 
     async def complete(
-        self, worker_id: str, leases: Sequence[Mapping[str, Any]]
-    ) -> list[dict[str, Any]]:
-        """Completes held jobs (items: ``job_id``, ``lease_id``, optional ``result``); per item."""
-        return await self._lease_call("complete", worker_id, leases)
+        self,
+        worker_id: str,
+        leases: Sequence[Mapping[str, Any]],
+        *,
+        claim_next: Mapping[str, Any] | None = None,
+    ) -> LeaseResults:
+        """Completes held jobs (items: ``job_id``, ``lease_id``, optional ``result``); per item.
+
+        ``claim_next``: then claim the worker's next jobs in the same request, with the fields
+        of :meth:`claim` but the worker (``queues``, ``max_jobs``, ``lease_seconds``,
+        ``wait_seconds``); they come back as the answer's ``claimed`` (see :class:`LeaseResults`).
+        Such a request is not sent again on a broken connection, as a claim is not.
+        """
+        return await self._lease_call("complete", worker_id, leases, claim_next)
 
     async def fail(
-        self, worker_id: str, leases: Sequence[Mapping[str, Any]]
-    ) -> list[dict[str, Any]]:
+        self,
+        worker_id: str,
+        leases: Sequence[Mapping[str, Any]],
+        *,
+        claim_next: Mapping[str, Any] | None = None,
+    ) -> LeaseResults:
         """Fails the attempts of held jobs: retried after a backoff, or dead; answers per item.
 
         Items: ``job_id``, ``lease_id``, ``error``, ``retryable`` (default true), optional
-        ``retry_after_seconds``.
+        ``retry_after_seconds``. ``claim_next`` as for :meth:`complete`.
         """
-        return await self._lease_call("fail", worker_id, leases)
+        return await self._lease_call("fail", worker_id, leases, claim_next)
 
     async def release(
-        self, worker_id: str, leases: Sequence[Mapping[str, Any]]
-    ) -> list[dict[str, Any]]:
+        self,
+        worker_id: str,
+        leases: Sequence[Mapping[str, Any]],
+        *,
+        claim_next: Mapping[str, Any] | None = None,
+    ) -> LeaseResults:
         """Gives held jobs back to pending without charging the attempt; answers per item.
 
         Items: ``job_id``, ``lease_id``, optional ``checkpoint`` (replaces the saved one; left out,
-        the saved one is kept) and ``delay_seconds``.
+        the saved one is kept) and ``delay_seconds``. ``claim_next`` as for :meth:`complete`.
         """
-        return await self._lease_call("release", worker_id, leases)
+        return await self._lease_call("release", worker_id, leases, claim_next)

@@ -10,6 +10,9 @@
   (raised) or releases (stopped, or cancelled by the worker) its job, retrying transient errors
   for a while. Only ``ok`` in an answer decides anything; ``status`` is only logged, as the
   service may name the same outcome differently (``pending`` or ``scheduled`` after a failure).
+  The worker may have the call claim its next jobs too (``claim_next``): only the first try
+  carries it (a repeat could lease jobs a second time whose first answer was lost), and an
+  error answer to it is sent again without it, so the job is settled whatever the claim met.
 
 The worker owns the claim loop and the run / stop / drain lifecycle; it calls :meth:`hold` for
 each claimed job, runs the handler, then calls :meth:`settle` and :meth:`drop`.
@@ -101,6 +104,8 @@ class LeaseKeeper:
         self.lease_seconds = lease_seconds
         self.heartbeat_interval = heartbeat_interval
         self._held: dict[tuple[int, str], HeldJob] = {}
+        # The service refused a claim_next (one from before it, say): settle without it from now.
+        self.claim_next_refused = False
 
     def __len__(self) -> int:
         return len(self._held)
@@ -226,27 +231,37 @@ class LeaseKeeper:
 
     # -- settling --------------------------------------------------------------------------
 
-    async def settle(self, held: HeldJob, handler_task: asyncio.Task[Any]) -> None:
-        """Completes, fails or releases the job according to how its handler task ended."""
+    async def settle(
+        self,
+        held: HeldJob,
+        handler_task: asyncio.Task[Any],
+        *,
+        claim_next: Mapping[str, Any] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Completes, fails or releases the job according to how its handler task ended.
+
+        ``claim_next`` (a claim's fields but the worker) has the same request claim the worker's
+        next jobs; answers them (none when the job was given up or the claim took nothing).
+        """
         job_id = held.ref["job_id"]
         if held.lost:
             logger.info("worker %s: job %s given up (not held any more)", self.worker_id, job_id)
             if not handler_task.cancelled():
                 handler_task.exception()  # retrieved, so asyncio does not log it as never retrieved
-            return
+            return []
         if handler_task.cancelled():
             # The grace period ended (or run() was cancelled): the service keeps the last checkpoint.
-            await self._send(held, "release")
-            return
+            return await self._send(held, "release", claim_next)
         error = handler_task.exception()
         if error is None:
-            await self._complete(held, handler_task.result())
-        elif isinstance(error, StopRequested):
+            return await self._complete(held, handler_task.result(), claim_next)
+        if isinstance(error, StopRequested):
             extra = {"checkpoint": held.ctx.checkpoint} if held.release_checkpoint else {}
-            await self._send(held, "release", **extra)
-        elif isinstance(error, LeaseLost):
+            return await self._send(held, "release", claim_next, **extra)
+        if isinstance(error, LeaseLost):
             held.lost = True
-        elif isinstance(error, Exception):
+            return []
+        if isinstance(error, Exception):
             logger.warning(
                 "worker %s: job %s failed: %s: %s",
                 self.worker_id,
@@ -255,39 +270,67 @@ class LeaseKeeper:
                 error,
                 exc_info=error,
             )
-            await self.fail(
-                held, error=error_detail(error), retryable=not isinstance(error, NonRetryableError)
+            return await self.fail(
+                held,
+                error=error_detail(error),
+                retryable=not isinstance(error, NonRetryableError),
+                claim_next=claim_next,
             )
-        else:
-            # Some other BaseException ended the handler: hand the job back untouched.
-            logger.error("worker %s: job %s handler raised %r", self.worker_id, job_id, error)
-            await self._send(held, "release")
+        # Some other BaseException ended the handler: hand the job back untouched.
+        logger.error("worker %s: job %s handler raised %r", self.worker_id, job_id, error)
+        return await self._send(held, "release", claim_next)
 
-    async def fail(self, held: HeldJob, *, error: str | dict[str, Any], retryable: bool) -> None:
+    async def fail(
+        self,
+        held: HeldJob,
+        *,
+        error: str | dict[str, Any],
+        retryable: bool,
+        claim_next: Mapping[str, Any] | None = None,
+    ) -> list[dict[str, Any]]:
         """Fails the job's attempt: retried after the service's backoff, or dead when not retryable.
 
-        ``error`` is text, or the exception as :func:`error_detail` describes it.
+        ``error`` is text, or the exception as :func:`error_detail` describes it. Answers the jobs
+        ``claim_next`` claimed.
         """
-        await self._send(held, "fail", error=error, retryable=retryable)
+        return await self._send(held, "fail", claim_next, error=error, retryable=retryable)
 
-    async def release(self, held: HeldJob, *, delay_seconds: float = 0) -> None:
-        """Hands the job back without charging the attempt, claimable again after ``delay_seconds``."""
-        await self._send(held, "release", delay_seconds=delay_seconds)
+    async def release(
+        self,
+        held: HeldJob,
+        *,
+        delay_seconds: float = 0,
+        claim_next: Mapping[str, Any] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Hands the job back without charging the attempt, claimable again after ``delay_seconds``.
 
-    async def _complete(self, held: HeldJob, result: Any) -> None:
+        Answers the jobs ``claim_next`` claimed.
+        """
+        return await self._send(held, "release", claim_next, delay_seconds=delay_seconds)
+
+    async def _complete(
+        self, held: HeldJob, result: Any, claim_next: Mapping[str, Any] | None
+    ) -> list[dict[str, Any]]:
         try:
             json.dumps(result, allow_nan=False)
         except (TypeError, ValueError) as exc:
-            await self.fail(
+            return await self.fail(
                 held,
                 error=f"the handler's result is not JSON: {type(exc).__name__}: {exc}",
                 retryable=False,
+                claim_next=claim_next,
             )
-            return
-        await self._send(held, "complete", result=result)
+        return await self._send(held, "complete", claim_next, result=result)
 
-    async def _send(self, held: HeldJob, operation: str, **fields: Any) -> None:
-        """Completes, fails or releases one job, retrying transient errors for a while."""
+    async def _send(
+        self,
+        held: HeldJob,
+        operation: str,
+        claim_next: Mapping[str, Any] | None = None,
+        **fields: Any,
+    ) -> list[dict[str, Any]]:
+        """Completes, fails or releases one job, retrying transient errors for a while; answers
+        the jobs its ``claim_next`` claimed."""
         loop = asyncio.get_running_loop()
         call = {
             "complete": self._client.complete,
@@ -298,10 +341,16 @@ class LeaseKeeper:
         deadline = loop.time() + SETTLE_RETRY_SECONDS
         backoff = Backoff()
         while True:
+            # Only the first try claims: the claim loop covers the slot once the job is settled.
+            ask, claim_next = claim_next, None
             try:
-                [result] = await call(self.worker_id, [item])
+                results = await call(self.worker_id, [item], claim_next=ask)
+                [result] = results
                 break
             except Exception as exc:
+                if ask is not None and isinstance(exc, JobqError) and not exc.transient:
+                    self._claim_next_refused(exc)
+                    continue  # the settle on its own, whatever the claim was refused for
                 if is_transient(exc) and loop.time() < deadline:
                     logger.warning(
                         "worker %s: %s of job %s failed (%s); retrying",
@@ -336,6 +385,28 @@ class LeaseKeeper:
                 held.ref["job_id"],
                 _loss_reason(result),
             )
+        if results.claim_error is not None:
+            logger.warning(
+                "worker %s: the claim after %s of job %s failed: %s",
+                self.worker_id,
+                operation,
+                held.ref["job_id"],
+                results.claim_error,
+            )
+        return list(results.claimed or [])
+
+    def _claim_next_refused(self, error: JobqError) -> None:
+        """A settle carrying ``claim_next`` was refused: it goes again without. A service that
+        names the field does not take it (or not from this worker): none is sent any more."""
+        fields = [str(e.get("field")) for e in error.errors if isinstance(e, Mapping)]
+        if any(field.startswith("body.claim_next") for field in fields):
+            if not self.claim_next_refused:
+                logger.warning(
+                    "worker %s: the service refuses claim_next (%s); claiming on its own",
+                    self.worker_id,
+                    error,
+                )
+            self.claim_next_refused = True
 
 
 def _loss_reason(result: Mapping[str, Any]) -> str:

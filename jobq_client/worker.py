@@ -11,6 +11,9 @@ while :meth:`Worker.run` runs, all owned and awaited by it:
 - per job, a supervisor task that runs the handler in a task of its own and then has the lease
   keeper complete (returned), fail (raised) or release (stopped) the job. A job of a type the
   worker has no handler for is released for ``unknown_type_delay_seconds``, never failed.
+  Unless stopping, that same request claims the worker's next jobs (``claim_next``, without
+  waiting) for the slot it frees and any other free one, so a busy worker makes one request per
+  job; the claim loop long-polls only for slots nobody is claiming for already.
 
 Stopping (``stop()``, SIGTERM or SIGINT): claiming stops at once, every running ``JobContext``
 says ``stopping``, and a handler's next ``save_checkpoint`` saves and then raises
@@ -38,6 +41,7 @@ import httpx
 from jobq_client import tracing
 from jobq_client.client import DEFAULT_BASE_URL, Client
 from jobq_client.context import JobContext
+from jobq_client.errors import JobqError
 from jobq_client.leases import HeldJob, LeaseKeeper
 from jobq_client.retry import Backoff, describe, is_transient
 
@@ -79,6 +83,7 @@ class Worker:
         transport: httpx.AsyncBaseTransport | None = None,
         api_key: str | None = None,
         unknown_type_delay_seconds: float = UNKNOWN_TYPE_DELAY_SECONDS,
+        claim_next: bool = True,
     ) -> None:
         queues = ["default"] if queues is None else list(queues)
         if not queues:
@@ -112,6 +117,8 @@ class Worker:
         self.wait_seconds = wait_seconds
         self.heartbeat_interval = heartbeat_interval
         self.unknown_type_delay_seconds = unknown_type_delay_seconds
+        # Settling a job claims the next ones in the same request (False: the claim loop only).
+        self.claim_next = claim_next
         self.transport = transport
         # A request that takes longer than the lease is of no use to a worker.
         self.request_timeout = max(2.0, min(30.0, float(lease_seconds)))
@@ -124,6 +131,10 @@ class Worker:
         self._grace_over: asyncio.Event | None = None
         self._slot_free: asyncio.Event | None = None
         self._stop_before_run = False
+        # Slots asked for by claims in flight: the claim loop's, and those riding on settle calls.
+        self._claiming = 0
+        # Held jobs whose settle call claims for their slot (so counted in _claiming instead).
+        self._handing_over = 0
 
     # -- configuration ---------------------------------------------------------------------
 
@@ -174,6 +185,7 @@ class Worker:
         self._stopping = asyncio.Event()
         self._grace_over = asyncio.Event()
         self._slot_free = asyncio.Event()
+        self._claiming = self._handing_over = 0
         signals = self._install_signal_handlers(loop) if install_signal_handlers else []
         client = Client(
             self.base_url,
@@ -329,25 +341,24 @@ class Worker:
 
     # -- claiming --------------------------------------------------------------------------
 
+    def _free(self) -> int:
+        """Slots neither taken by a held job nor asked for by a claim in flight."""
+        assert self._leases is not None
+        return self.concurrency - (len(self._leases) - self._handing_over) - self._claiming
+
     async def _claim_loop(self) -> None:
         assert self._client is not None and self._slot_free is not None and self._loop is not None
         assert self._leases is not None
         backoff = Backoff()
         while True:
-            free = self.concurrency - len(self._leases)
+            free = self._free()
             if free <= 0:
                 self._slot_free.clear()
                 await self._slot_free.wait()
                 continue
             started = self._loop.time()
             try:
-                jobs = await self._client.claim(
-                    self.worker_id,
-                    self.queues,
-                    max_jobs=min(free, MAX_CLAIM_JOBS),
-                    lease_seconds=self.lease_seconds,
-                    wait_seconds=self.wait_seconds,
-                )
+                jobs = await self._claim(min(free, MAX_CLAIM_JOBS))
             except Exception as exc:
                 if not is_transient(exc):
                     logger.error("worker %s: claim refused: %s", self.worker_id, exc)
@@ -368,6 +379,57 @@ class Worker:
             if not jobs and elapsed < IDLE_PAUSE_SECONDS:
                 # Answered empty at once (no wait asked, or the service is shutting down).
                 await asyncio.sleep(IDLE_PAUSE_SECONDS - elapsed)
+
+    async def _claim(self, max_jobs: int) -> list[dict[str, Any]]:
+        """One long-polling claim, its slots reserved while it runs."""
+        assert self._client is not None
+        self._claiming += max_jobs
+        try:
+            return await self._client.claim(
+                self.worker_id,
+                self.queues,
+                max_jobs=max_jobs,
+                lease_seconds=self.lease_seconds,
+                wait_seconds=self.wait_seconds,
+            )
+        finally:
+            self._claiming -= max_jobs
+
+    def _claim_next(self) -> dict[str, Any] | None:
+        """The claim a settle call makes for the slot it frees and any other free one, reserved
+        until it is answered; ``None`` while stopping (or when the service refuses them)."""
+        stopping, leases = self._stopping, self._leases
+        if not self.claim_next or stopping is None or stopping.is_set() or leases is None:
+            return None
+        if leases.claim_next_refused:
+            return None
+        free = min(self._free() + 1, MAX_CLAIM_JOBS)  # + 1: the settling job's own slot
+        if free <= 0:
+            return None
+        self._claiming += free
+        self._handing_over += 1
+        return {"queues": self.queues, "max_jobs": free, "lease_seconds": self.lease_seconds}
+
+    async def _take(self, jobs: list[dict[str, Any]]) -> None:
+        """Runs the jobs a settle call claimed; once stopping, hands them straight back."""
+        if not jobs:
+            return
+        assert self._stopping is not None and self._client is not None
+        if not self._stopping.is_set():
+            for job in jobs:
+                self._start(job)
+            return
+        leases = [{"job_id": job["id"], "lease_id": job["lease_id"]} for job in jobs]
+        try:
+            await self._client.release(self.worker_id, leases)
+        except (JobqError, httpx.TransportError) as exc:
+            logger.warning(
+                "worker %s: handing back %d jobs claimed as it stopped failed (%s); "
+                "they return when their leases expire",
+                self.worker_id,
+                len(jobs),
+                describe(exc),
+            )
 
     def _start(self, job: dict[str, Any]) -> None:
         assert self._leases is not None
@@ -391,6 +453,7 @@ class Worker:
         # The run's keeper, even should run() end (and drop it) before this job does.
         leases = self._leases
         job_id = held.ref["job_id"]
+        ask: dict[str, Any] | None = None
         try:
             handler = self._handlers.get(held.ctx.type)
             if handler is None:
@@ -405,7 +468,14 @@ class Worker:
                     ", ".join(self.job_types) or "nothing",
                     self.unknown_type_delay_seconds,
                 )
-                await leases.release(held, delay_seconds=self.unknown_type_delay_seconds)
+                ask = self._claim_next()
+                claimed = await self._settled(
+                    ask,
+                    leases.release(
+                        held, delay_seconds=self.unknown_type_delay_seconds, claim_next=ask
+                    ),
+                )
+                await self._take(claimed)
                 return
             # The handler's task starts inside the span, so its own spans are children of it,
             # and the settling call carries it to the service.
@@ -420,12 +490,27 @@ class Worker:
                 # A stop or a lost lease is a BaseException: not the handler failing.
                 if not task.cancelled() and isinstance(error := task.exception(), Exception):
                     tracing.record_failure(error)
-                await leases.settle(held, task)
+                ask = self._claim_next()
+                claimed = await self._settled(ask, leases.settle(held, task, claim_next=ask))
+            await self._take(claimed)
         except Exception:
             logger.exception("worker %s: settling job %s failed", self.worker_id, job_id)
         finally:
+            if ask is not None:
+                self._handing_over -= 1
             leases.drop(held)
             self._slot_free.set()
+
+    async def _settled(
+        self, ask: dict[str, Any] | None, settling: Awaitable[list[dict[str, Any]]]
+    ) -> list[dict[str, Any]]:
+        """Awaits a settle call; the slots its claim reserved are free again once it answered
+        (the jobs it claimed are started before anything else runs)."""
+        try:
+            return await settling
+        finally:
+            if ask is not None:
+                self._claiming -= ask["max_jobs"]
 
 
 async def _call(handler: Handler, ctx: JobContext) -> Any:

@@ -25,10 +25,10 @@ from app.domain.states import JobStatus
 from app.settings import setting_default
 
 
-class ClaimRequest(StrictModel):
-    """A worker asking for up to ``max_jobs`` leases."""
+class ClaimNext(StrictModel):
+    """What to claim: POST /v1/claim's fields but ``worker_id``, for a complete, fail or release
+    that takes the worker's next jobs in the same call (its leases go to that call's worker)."""
 
-    worker_id: WorkerId
     queues: list[QueueName] = Field(min_length=1, max_length=setting_default("claim_max_queues"))
     max_jobs: int = Field(default=1, ge=1)
     lease_seconds: LeaseSeconds | None = Field(
@@ -40,6 +40,17 @@ class ClaimRequest(StrictModel):
         allow_inf_nan=False,
         description="Long-poll up to this long when nothing is due.",
     )
+
+
+class _Claimant(StrictModel):
+    """Who claims: the worker, named as its lease calls will name it."""
+
+    worker_id: WorkerId
+
+
+# The claimant first: worker_id leads the claim's fields, as it always did.
+class ClaimRequest(ClaimNext, _Claimant):
+    """A worker asking for up to ``max_jobs`` leases."""
 
 
 class ParentJob(BaseModel):
@@ -142,6 +153,10 @@ class CompleteRequest(StrictModel):
 
     worker_id: WorkerId
     leases: Sequence[CompleteItem] = Field(min_length=1)
+    claim_next: ClaimNext | None = Field(
+        default=None,
+        description="Then claim the worker's next jobs in the same call (see SettleResults).",
+    )
 
 
 class FailRequest(StrictModel):
@@ -149,6 +164,10 @@ class FailRequest(StrictModel):
 
     worker_id: WorkerId
     leases: Sequence[FailItem] = Field(min_length=1)
+    claim_next: ClaimNext | None = Field(
+        default=None,
+        description="Then claim the worker's next jobs in the same call (see SettleResults).",
+    )
 
 
 class ReleaseRequest(StrictModel):
@@ -156,6 +175,10 @@ class ReleaseRequest(StrictModel):
 
     worker_id: WorkerId
     leases: Sequence[ReleaseItem] = Field(min_length=1)
+    claim_next: ClaimNext | None = Field(
+        default=None,
+        description="Then claim the worker's next jobs in the same call (see SettleResults).",
+    )
 
 
 class LeaseResult(BaseModel):
@@ -182,3 +205,36 @@ class LeaseResults(BaseModel):
     """One result per lease item, in request order."""
 
     results: list[LeaseResult]
+
+
+class Problem(BaseModel):
+    """An RFC 9457 problem, as every error answer's body carries it."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    errors: list[dict[str, JsonValue]] | None = Field(
+        default=None, description="The fields at fault, when there are any."
+    )
+
+
+class SettleResults(LeaseResults):
+    """One result per lease item, in request order; with ``claim_next``, the claim made after them.
+
+    The claim runs once the transition is done, for the same worker and key, whatever the
+    verdicts (a lost lease frees the worker's slot as well): in the same transaction when it
+    can answer at once, else as a long-poll after the transition committed.
+    """
+
+    claimed: ClaimResponse | None = Field(
+        default=None,
+        description="With claim_next: what POST /v1/claim would have answered, the jobs now "
+        "leased to the same worker (none when nothing was due, or the claim failed); absent "
+        "without claim_next.",
+    )
+    claim_error: Problem | None = Field(
+        default=None,
+        description="With claim_next: the problem POST /v1/claim would have answered, when the "
+        "claim failed after the transition committed (the results stand); absent otherwise.",
+    )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import operator
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -87,3 +87,19 @@ def jobs_response(
 def lease_results_response(outcomes: Sequence[LeaseOutcome]) -> Response:
     """``LeaseResults`` for the outcomes, in order."""
     return json_response({"results": [lease_result(o) for o in outcomes]})
+
+
+def settle_response(
+    outcomes: Sequence[LeaseOutcome],
+    claimed_rows: Sequence[records.Job],
+    claim_error: Mapping[str, Any] | None = None,
+) -> Response:
+    """``SettleResults`` of a call with ``claim_next``: the verdicts, the claim's answer, and the
+    claim's problem when it failed."""
+    content: dict[str, Any] = {
+        "results": [lease_result(o) for o in outcomes],
+        "claimed": {"jobs": [claimed(r) for r in claimed_rows]},
+    }
+    if claim_error is not None:
+        content["claim_error"] = dict(claim_error)
+    return json_response(content)

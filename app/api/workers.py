@@ -4,6 +4,7 @@
 # built for the app's settings inside build_router, which FastAPI must see as classes.
 
 import contextlib
+import json
 from collections.abc import Awaitable, Sequence
 from typing import Annotated, Any, Protocol
 
@@ -14,15 +15,16 @@ from app.api import lease_models as lease
 from app.api import schemas as wire
 from app.api.auth import allow_queues, requires
 from app.api.deps import Services
-from app.api.lease_models import ClaimResponse, LeaseResults
-from app.api.render import claimed, json_response, lease_results_response
+from app.api.lease_models import ClaimResponse, LeaseResults, SettleResults
+from app.api.render import claimed, json_response, lease_results_response, settle_response
 from app.api.schemas import TraceParent, json_size_at_most
 from app.auth.keys import Permission, Principal
-from app.domain.types import NOT_GIVEN, LeaseOutcome, LeaseUpdate
+from app.domain.types import NOT_GIVEN, ClaimAsk, LeaseOutcome, LeaseTransition, LeaseUpdate
 from app.errors import PROBLEM
 from app.http import tracing
 from app.http.disconnect import client_gone
 from app.http.lean import LeanRoute
+from app.queue.services import Services as AppServices
 from app.settings import Settings
 
 
@@ -114,6 +116,77 @@ async def _lease_call(
     return lease_results_response(outcomes)
 
 
+async def _settle_call(
+    transition: LeaseTransition,
+    worker: Principal,
+    body: lease.CompleteRequest | lease.FailRequest | lease.ReleaseRequest,
+    services: AppServices,
+    request: Request,
+    traceparent: str | None,
+) -> Response:
+    """A complete, fail or release; with ``claim_next``, then a claim for the same worker
+    (app/queue/chained.py says how the two share a transaction)."""
+    jobs = services.jobs
+    ask = body.claim_next
+    if ask is None:
+        call = {
+            LeaseTransition.COMPLETE: jobs.complete,
+            LeaseTransition.FAIL: jobs.fail,
+            LeaseTransition.RELEASE: jobs.release,
+        }[transition]
+        return await _lease_call(
+            transition.value, call, worker, body.worker_id, body.leases, traceparent
+        )
+    # Before anything is done: a key that may not claim there changes nothing with this call.
+    allow_queues(worker, ask.queues, field="body.claim_next.queues")
+    services.workers.seen(body.worker_id, worker.key_id, ask.queues)
+    async with contextlib.AsyncExitStack() as stack:
+        span = stack.enter_context(
+            tracing.span(
+                transition.value,
+                "CLIENT",
+                traceparent=tracing.valid_traceparent(traceparent),
+                operation_type="settle",
+            )
+        )
+        span.messages([item.job_id for item in body.leases])
+        # The claim's span, a child of the call's: the two share one transaction.
+        receive = stack.enter_context(
+            tracing.span(
+                "claim", "CLIENT", traceparent=None, queues=ask.queues, operation_type="receive"
+            )
+        )
+        # Only a claim that may wait needs to notice the client leaving.
+        gone = await stack.enter_async_context(client_gone(request)) if ask.wait_seconds else None
+        done = await services.chained.settle_and_claim(
+            transition,
+            worker_id=body.worker_id,
+            key_id=worker.key_id,
+            items=_items(body.leases, body.worker_id, worker.key_id),
+            ask=ClaimAsk(
+                queues=tuple(ask.queues),
+                max_jobs=ask.max_jobs,
+                lease_seconds=ask.lease_seconds,
+                wait_seconds=ask.wait_seconds,
+            ),
+            stop=gone,
+        )
+        receive.messages([r.id for r in done.claimed])
+        receive.link([r.traceparent for r in done.claimed])
+        span.destination(o.queue for o in done.outcomes)
+    problem = None if done.claim_error is None else await _problem(request, done.claim_error)
+    return settle_response(done.outcomes, done.claimed, problem)
+
+
+async def _problem(request: Request, error: Exception) -> dict[str, Any]:
+    """The problem+json body the app answers for ``error`` (as POST /v1/claim would have)."""
+    handlers = request.app.exception_handlers
+    handler = next(handlers[kind] for kind in type(error).__mro__ if kind in handlers)
+    response = await handler(request, error)
+    problem: dict[str, Any] = json.loads(response.body)
+    return problem
+
+
 def build_router(settings: Settings) -> APIRouter:
     """The worker routes, validating against this app's limits (and documenting them)."""
     router = APIRouter(prefix="/v1", tags=["workers"], route_class=LeanRoute)
@@ -138,9 +211,8 @@ def build_router(settings: Settings) -> APIRouter:
     Queue = Annotated[str, wire.queue_name_rule(queue_max), wire.queue_name_doc(queue_max)]
 
     # Named as on the wire: OpenAPI names its components after these classes.
-    class ClaimRequest(lease.ClaimRequest):
-        __doc__ = lease.ClaimRequest.__doc__
-        worker_id: WorkerId
+    class ClaimNext(lease.ClaimNext):
+        __doc__ = lease.ClaimNext.__doc__
         queues: list[Queue] = Field(min_length=1, max_length=settings.claim_max_queues)
         max_jobs: int = Field(default=1, ge=1, le=settings.claim_max_jobs)
         wait_seconds: float = Field(
@@ -150,6 +222,15 @@ def build_router(settings: Settings) -> APIRouter:
             allow_inf_nan=False,
             description="Long-poll up to this long when nothing is due.",
         )
+
+    class ClaimRequest(ClaimNext, lease.ClaimRequest):
+        __doc__ = lease.ClaimRequest.__doc__
+        worker_id: WorkerId
+
+    NextClaim = Annotated[
+        ClaimNext | None,
+        Field(description="Then claim the worker's next jobs in the same call (SettleResults)."),
+    ]
 
     class HeartbeatItem(lease.HeartbeatItem):
         __doc__ = lease.HeartbeatItem.__doc__
@@ -173,16 +254,19 @@ def build_router(settings: Settings) -> APIRouter:
         __doc__ = lease.CompleteRequest.__doc__
         worker_id: WorkerId
         leases: Sequence[lease.CompleteItem] = Field(min_length=1, max_length=per_call)
+        claim_next: NextClaim = None
 
     class FailRequest(lease.FailRequest):
         __doc__ = lease.FailRequest.__doc__
         worker_id: WorkerId
         leases: Sequence[FailItem] = Field(min_length=1, max_length=per_call)
+        claim_next: NextClaim = None
 
     class ReleaseRequest(lease.ReleaseRequest):
         __doc__ = lease.ReleaseRequest.__doc__
         worker_id: WorkerId
         leases: Sequence[ReleaseItem] = Field(min_length=1, max_length=per_call)
+        claim_next: NextClaim = None
 
     @router.post("/claim", response_model=ClaimResponse, responses={422: PROBLEM})
     async def claim(
@@ -238,31 +322,43 @@ def build_router(settings: Settings) -> APIRouter:
             "heartbeat", services.jobs.heartbeat, worker, body.worker_id, body.leases, traceparent
         )
 
-    @router.post("/complete", response_model=LeaseResults, responses={422: PROBLEM})
+    @router.post("/complete", response_model=SettleResults, responses={422: PROBLEM})
     async def complete(
-        worker: Worker, body: CompleteRequest, services: Services, traceparent: TraceParent = None
+        worker: Worker,
+        body: CompleteRequest,
+        services: Services,
+        request: Request,
+        traceparent: TraceParent = None,
     ) -> Response:
         """Completes held jobs; a repeated complete with the same lease answers the same success."""
-        return await _lease_call(
-            "complete", services.jobs.complete, worker, body.worker_id, body.leases, traceparent
+        return await _settle_call(
+            LeaseTransition.COMPLETE, worker, body, services, request, traceparent
         )
 
-    @router.post("/fail", response_model=LeaseResults, responses={422: PROBLEM})
+    @router.post("/fail", response_model=SettleResults, responses={422: PROBLEM})
     async def fail(
-        worker: Worker, body: FailRequest, services: Services, traceparent: TraceParent = None
+        worker: Worker,
+        body: FailRequest,
+        services: Services,
+        request: Request,
+        traceparent: TraceParent = None,
     ) -> Response:
         """Fails attempts: retried after backoff (or ``retry_after_seconds``), or dead."""
-        return await _lease_call(
-            "fail", services.jobs.fail, worker, body.worker_id, body.leases, traceparent
+        return await _settle_call(
+            LeaseTransition.FAIL, worker, body, services, request, traceparent
         )
 
-    @router.post("/release", response_model=LeaseResults, responses={422: PROBLEM})
+    @router.post("/release", response_model=SettleResults, responses={422: PROBLEM})
     async def release(
-        worker: Worker, body: ReleaseRequest, services: Services, traceparent: TraceParent = None
+        worker: Worker,
+        body: ReleaseRequest,
+        services: Services,
+        request: Request,
+        traceparent: TraceParent = None,
     ) -> Response:
         """Gives held jobs back to pending without charging the attempt, keeping the checkpoint."""
-        return await _lease_call(
-            "release", services.jobs.release, worker, body.worker_id, body.leases, traceparent
+        return await _settle_call(
+            LeaseTransition.RELEASE, worker, body, services, request, traceparent
         )
 
     return router

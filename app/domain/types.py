@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -54,6 +54,17 @@ class LeaseUpdate:
     delay_seconds: float = 0.0
 
 
+def owned_by(items: Sequence[LeaseUpdate], worker_id: str, key_id: int | None) -> list[LeaseUpdate]:
+    """The items as the calling worker's (its id within its API key): the route builds them so
+    already; others (a claim handing its jobs back) are copied."""
+    return [
+        item
+        if item.worker_id == worker_id and item.key_id == key_id
+        else replace(item, worker_id=worker_id, key_id=key_id)
+        for item in items
+    ]
+
+
 class LeaseTransition(enum.StrEnum):
     """The calls a lease holder makes; each of the last three ends the lease."""
 
@@ -92,6 +103,17 @@ class ClaimSlot:
     worker_id: str
     key_id: int | None = None
     lease_seconds: int | None = None  # None: the job's own lease length
+
+
+@dataclass(frozen=True)
+class ClaimAsk:
+    """A claim a complete, fail or release makes after its transition, for the same worker:
+    POST /v1/claim's fields but the worker (app/queue/chained.py)."""
+
+    queues: tuple[str, ...]
+    max_jobs: int = 1
+    lease_seconds: int | None = None  # None: each job's own lease length
+    wait_seconds: float = 0.0  # long-poll this long, after the transition committed
 
 
 @dataclass(frozen=True)

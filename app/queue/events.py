@@ -15,7 +15,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 
-from app.domain.types import JobEvent
+from app.domain.records import Job
+from app.domain.states import JobStatus
+from app.domain.types import JobEvent, LeaseOutcome, LeaseTransition, LeaseUpdate
 
 # Wakes up to ``count`` claims waiting on ``queue`` (waiters.ALL_QUEUES: every queue).
 Wake = Callable[[str, int], object]
@@ -56,3 +58,60 @@ class Events:
 
 def _wake_nobody(queue: str, count: int) -> None:
     """Wake-ups with nobody waiting (a service built without waiters, as in loop tests)."""
+
+
+def claimed_events(rows: Sequence[Job], worker_id: str, key_id: int | None) -> list[JobEvent]:
+    """The events of a committed claim: one per job leased to the worker."""
+    return [
+        JobEvent(
+            "claimed",
+            row.id,
+            row.queue,
+            status=row.status,
+            type=row.type,
+            worker_id=worker_id,
+            key_id=key_id,
+            attempt=row.attempts,
+            waited_seconds=_waited(row),
+        )
+        for row in rows
+    ]
+
+
+def lease_events(
+    transition: LeaseTransition,
+    items: Sequence[LeaseUpdate],
+    outcomes: Sequence[LeaseOutcome],
+    changed: Iterable[int],
+) -> list[JobEvent]:
+    """The events of a committed complete, fail or release: one per item it changed (by
+    position; a replay's verdict changed nothing)."""
+    return [
+        JobEvent(
+            _lease_event(transition, outcomes[i].status),
+            outcomes[i].job_id,
+            outcomes[i].queue or "",
+            status=outcomes[i].status,
+            type=outcomes[i].type,
+            worker_id=items[i].worker_id,
+            key_id=items[i].key_id,
+            ran_seconds=outcomes[i].ran_seconds,
+        )
+        for i in sorted(changed)
+    ]
+
+
+def _waited(row: Job) -> float:
+    """Seconds a claimed job was due before its claim, from the row's own (PostgreSQL) times."""
+    started = row.started_at or row.run_at  # a claimed row always has started_at
+    waited: float = (started - row.run_at).total_seconds()
+    return max(waited, 0.0)
+
+
+def _lease_event(transition: LeaseTransition, status: str | None) -> str:
+    """The event of a lease call that changed its job."""
+    if transition is LeaseTransition.COMPLETE:
+        return "completed"
+    if transition is LeaseTransition.RELEASE:
+        return "released"
+    return "dead" if status == JobStatus.DEAD else "failed"

@@ -27,10 +27,11 @@ from app.domain.types import (
     LeaseTransition,
     LeaseUpdate,
     NewJob,
+    owned_by,
 )
 from app.errors import DatabaseUnavailable, IdempotencyKeyReused, InvalidTransition, NotFound
 from app.queue.coalesce import Coalescer
-from app.queue.events import Events
+from app.queue.events import Events, claimed_events, lease_events
 from app.queue.linked import ParentReader, ParentResultBounds, linked, ordering_keys_of
 from app.queue.waiters import WaiterHub, wait_either
 from app.store import Stores
@@ -336,15 +337,33 @@ class JobService:
     async def _claim_statement(
         self, queues: tuple[str, ...], slots: Sequence[ClaimSlot], *, limited: bool
     ) -> ClaimOutcome:
-        """One claim statement: the lean one, or the one within the limits."""
+        """One claim statement in a unit of its own: the lean one, or the one within the limits."""
         async for attempt in self.unit.hot():
             async with attempt as conn:
-                if limited:
-                    outcome = await self.stores.jobs.job_claim_limited(
-                        conn, queues=queues, slots=slots, window=FLOW_WINDOW
-                    )
-                else:
-                    outcome = await self.stores.jobs.job_claim(conn, queues=queues, slots=slots)
+                outcome = await self._claim_on(conn, queues, slots, limited=limited)
+        return outcome
+
+    async def _claim_on(
+        self, conn: Conn, queues: tuple[str, ...], slots: Sequence[ClaimSlot], *, limited: bool
+    ) -> ClaimOutcome:
+        if limited:
+            return await self.stores.jobs.job_claim_limited(
+                conn, queues=queues, slots=slots, window=FLOW_WINDOW
+            )
+        return await self.stores.jobs.job_claim(conn, queues=queues, slots=slots)
+
+    async def claim_in(
+        self, conn: Conn, queues: tuple[str, ...], slots: Sequence[ClaimSlot]
+    ) -> ClaimOutcome:
+        """Claims on ``conn``, inside the caller's transaction (app/queue/chained.py); the lean
+        statement, then the one within the limits should limits have appeared. What it says of
+        missing, skipped or refusing limit rows is the caller's to act on once committed."""
+        for limited in (self._flow_active, True):
+            self.unit.statements["claim"] += 1
+            outcome = await self._claim_on(conn, queues, slots, limited=limited)
+            self._flow_noted(queues, outcome)
+            if limited or not outcome.flow_active:
+                break
         return outcome
 
     def _flow_noted(self, queues: tuple[str, ...], outcome: ClaimOutcome) -> None:
@@ -380,25 +399,14 @@ class JobService:
             finally:
                 if claims.idle and self._claims.get(key) is claims:
                     del self._claims[key]
-        claimed = [row for row in taken if row is not None]
+        return await self.handed(worker_id, key_id, [row for row in taken if row is not None])
+
+    async def handed(self, worker_id: str, key_id: int | None, claimed: list[Job]) -> list[Job]:
+        """Jobs a committed claim leased: what they waited for read in (depends_on), the claims
+        announced; answers the jobs."""
         if any(row.depends_on for row in claimed):
             await self.parents.hand(claimed)
-        self.events.publish(
-            [
-                JobEvent(
-                    "claimed",
-                    row.id,
-                    row.queue,
-                    status=row.status,
-                    type=row.type,
-                    worker_id=worker_id,
-                    key_id=key_id,
-                    attempt=row.attempts,
-                    waited_seconds=_waited(row),
-                )
-                for row in claimed
-            ]
-        )
+        self.events.publish(claimed_events(claimed, worker_id, key_id))
         return claimed
 
     async def claim(
@@ -514,13 +522,7 @@ class JobService:
         key_id: int | None,
         items: Sequence[LeaseUpdate],
     ) -> list[LeaseOutcome]:
-        # The route builds its items with the caller's worker and key already; others are copied.
-        owned = [
-            item
-            if item.worker_id == worker_id and item.key_id == key_id
-            else replace(item, worker_id=worker_id, key_id=key_id)
-            for item in items
-        ]
+        owned = owned_by(items, worker_id, key_id)
         coalescer = self._leases.get(transition)
         if coalescer is None:
             return list(await self._lease_statement(transition, owned))
@@ -529,7 +531,19 @@ class JobService:
     async def _lease_statement(
         self, transition: LeaseTransition, items: Sequence[LeaseUpdate]
     ) -> Sequence[LeaseOutcome]:
-        """Runs a lease transition; items it did not take get a verdict read after it.
+        """Runs a lease transition in a unit of its own, then announces what it changed."""
+        # A complete or heartbeat sent again with the same lease answers the same success.
+        async for attempt in self.unit.hot(idempotent=transition in _REPEATABLE):
+            async with attempt as conn:
+                outcomes, changed = await self.lease_in(conn, transition, items)
+        self.lease_announce(transition, items, outcomes, changed)
+        return outcomes
+
+    async def lease_in(
+        self, conn: Conn, transition: LeaseTransition, items: Sequence[LeaseUpdate]
+    ) -> tuple[list[LeaseOutcome], set[int]]:
+        """Runs a lease transition on ``conn``; items it did not take get a verdict read after it.
+        Answers the outcomes, in order, and the positions of the items it changed.
 
         Each item names its worker, so the items may come from many requests. The transition
         is one conditional UPDATE, answering only what it took; that is the whole round trip
@@ -546,59 +560,32 @@ class JobService:
         }[transition]
 
         self.unit.statements[f"lease_{transition.value}"] += 1
-        # A complete or heartbeat sent again with the same lease answers the same success.
-        async for attempt in self.unit.hot(idempotent=transition in _REPEATABLE):
-            async with attempt as conn:
-                taken = await statement(conn, items=items)
-                missed = [i for i in range(len(items)) if i not in taken]
-                judged: dict[int, LeaseOutcome] = {}
-                if missed:
-                    verdicts = await self.stores.jobs.job_lease_verdict(
-                        conn, transition=transition, items=[items[i] for i in missed]
-                    )
-                    judged = dict(zip(missed, verdicts, strict=True))
-        outcomes = [taken[i] if i in taken else judged[i] for i in range(len(items))]
-        changed = set(taken)
-        # A job made claimable, or a running slot given back: a waiting claim may now take one.
+        taken = await statement(conn, items=items)
+        missed = [i for i in range(len(items)) if i not in taken]
+        judged: dict[int, LeaseOutcome] = {}
+        if missed:
+            verdicts = await self.stores.jobs.job_lease_verdict(
+                conn, transition=transition, items=[items[i] for i in missed]
+            )
+            judged = dict(zip(missed, verdicts, strict=True))
+        return [taken[i] if i in taken else judged[i] for i in range(len(items))], set(taken)
+
+    def lease_announce(
+        self,
+        transition: LeaseTransition,
+        items: Sequence[LeaseUpdate],
+        outcomes: Sequence[LeaseOutcome],
+        changed: set[int],
+    ) -> None:
+        """After a lease transition committed: wakes claims for what it made claimable or freed,
+        and announces what it changed (a replay's verdict changed nothing)."""
         self.events.wake_queues(
             o.queue
             for i, o in enumerate(outcomes)
             if o.queue and (o.claimable_now or (o.freed_flow and i in changed))
         )
         if transition is not LeaseTransition.HEARTBEAT:
-            # Only what this statement changed: a replay's verdict changed nothing.
-            self.events.publish(
-                [
-                    JobEvent(
-                        _lease_event(transition, outcomes[i].status),
-                        outcomes[i].job_id,
-                        outcomes[i].queue or "",
-                        status=outcomes[i].status,
-                        type=outcomes[i].type,
-                        worker_id=items[i].worker_id,
-                        key_id=items[i].key_id,
-                        ran_seconds=outcomes[i].ran_seconds,
-                    )
-                    for i in sorted(changed)
-                ]
-            )
-        return outcomes
-
-
-def _waited(row: Job) -> float:
-    """Seconds a claimed job was due before its claim, from the row's own (PostgreSQL) times."""
-    started = row.started_at or row.run_at  # a claimed row always has started_at
-    waited: float = (started - row.run_at).total_seconds()
-    return max(waited, 0.0)
-
-
-def _lease_event(transition: LeaseTransition, status: str | None) -> str:
-    """The event of a lease call that changed its job."""
-    if transition is LeaseTransition.COMPLETE:
-        return "completed"
-    if transition is LeaseTransition.RELEASE:
-        return "released"
-    return "dead" if status == JobStatus.DEAD else "failed"
+            self.events.publish(lease_events(transition, items, outcomes, changed))
 
 
 class _Retry(Exception):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.domain.types import JobDefaults
+from app.queue.chained import ChainedClaims
 from app.queue.events import Events, Wake
 from app.queue.flow_limits import LimitsService
 from app.queue.history import HistoryService
@@ -35,6 +36,8 @@ class Services:
     unit: UnitOfWork
     events: Events
     jobs: JobService
+    # complete / fail / release that claim the worker's next jobs in the same call
+    chained: ChainedClaims
     results: ResultService
     ops: OpsService
     history: HistoryService
@@ -66,18 +69,20 @@ def build_services(
     """
     hub = hub or WaiterHub()
     events = Events(wake or hub.notify)
+    jobs = JobService(
+        unit=unit,
+        stores=stores,
+        events=events,
+        hub=hub,
+        defaults=defaults,
+        coalescing=coalescing,
+        parent_results=parent_results,
+    )
     return Services(
         unit=unit,
         events=events,
-        jobs=JobService(
-            unit=unit,
-            stores=stores,
-            events=events,
-            hub=hub,
-            defaults=defaults,
-            coalescing=coalescing,
-            parent_results=parent_results,
-        ),
+        jobs=jobs,
+        chained=ChainedClaims(jobs),
         results=ResultService(unit=unit, stores=stores, hub=results or ResultHub()),
         ops=OpsService(unit=unit, stores=stores, events=events, bulk_batch_size=bulk_batch_size),
         history=HistoryService(unit=unit, stores=stores),

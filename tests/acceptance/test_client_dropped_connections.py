@@ -90,3 +90,30 @@ async def test_a_lost_completion_answer_is_a_replay_and_a_claim_is_never_sent_tw
         with pytest.raises(httpx.TransportError):
             await client.claim("w-1", [QUEUE])
         assert proxy.connections == connections and proxy.dropped == 2
+
+        # Nor is a complete that claims the next jobs: its claim is a claim. The complete itself
+        # is done, and repeating it without the claim is answered as a replay.
+        await client.enqueue("t", queue=QUEUE)
+        [held] = await client.claim("w-2", [QUEUE], lease_seconds=60)
+        await client.enqueue("t", queue=QUEUE)
+        lease = {"job_id": held["id"], "lease_id": held["lease_id"]}
+        connections = proxy.connections
+        proxy.drop_answers = 1
+        with pytest.raises(httpx.TransportError):
+            await client.complete("w-2", [lease], claim_next={"queues": [QUEUE]})
+        assert proxy.connections == connections and proxy.dropped == 3
+        [replayed] = await client.complete("w-2", [lease])
+        assert replayed["ok"] is True and replayed["status"] == "succeeded"
+    async with clean_db.connect() as conn:
+        running = (
+            (
+                await conn.execute(
+                    text("SELECT worker_id FROM jobs WHERE queue = :q AND status = 'running'"),
+                    {"q": QUEUE},
+                )
+            )
+            .scalars()
+            .all()
+        )
+    # The job the lost answer leased waits out its lease (the claim above's did the same).
+    assert sorted(running) == ["w-1", "w-2"]

@@ -11,7 +11,7 @@ The app runs in process, on the session's database, inside a lifespan this modul
 stops itself: an anyio portal thread owns the app's event loop, and a ``requests`` adapter hands
 schemathesis' requests to the app there through ``httpx.ASGITransport``. (Schemathesis' own ASGI
 transport would start the lifespan on a loop of its own and keep it until the session ends.)
-Valid long-poll waits (claims', and job reads' ``wait_seconds``) are cut to
+Valid long-poll waits (claims' and ``claim_next``'s, and job reads' ``wait_seconds``) are cut to
 ``CLAIM_WAIT_SECONDS``; nothing else is changed.
 """
 
@@ -83,10 +83,15 @@ schema = schemathesis.openapi.from_path(ROOT / "openapi.json", config=CONFIG)
 def _cut_wait_short(case: Case[Any]) -> None:
     """Cuts a valid long-poll wait short, so an empty queue or an unfinished job costs no 20 s."""
     body = case.body
-    if case.operation.path == "/v1/claim" and isinstance(body, dict):
-        wait = body.get("wait_seconds")
+    claim: Any = body if case.operation.path == "/v1/claim" else None
+    if case.operation.path in ("/v1/complete", "/v1/fail", "/v1/release") and isinstance(
+        body, dict
+    ):
+        claim = body.get("claim_next")  # the claim made after the call's transition
+    if isinstance(claim, dict):
+        wait = claim.get("wait_seconds")
         if isinstance(wait, int | float) and not isinstance(wait, bool) and 0 < wait <= 20:
-            body["wait_seconds"] = min(wait, CLAIM_WAIT_SECONDS)
+            claim["wait_seconds"] = min(wait, CLAIM_WAIT_SECONDS)
     query = case.query
     if case.operation.path == "/v1/jobs/{job_id}" and isinstance(query, dict):
         wait = query.get("wait_seconds")

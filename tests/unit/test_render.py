@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from app.api import render
-from app.api.lease_models import ClaimedJob, LeaseResults
+from app.api.lease_models import ClaimedJob, LeaseResults, SettleResults
 from app.api.schemas import Job
 from app.domain import records
 from app.domain.types import LeaseOutcome
@@ -106,6 +106,34 @@ def test_lease_results_render_as_the_lease_results_model_does() -> None:
     ours = orjson.loads(render.lease_results_response(outcomes).body)
     expected = {"results": [render.lease_result(o) for o in outcomes]}
     assert ours == orjson.loads(LeaseResults.model_validate(expected).model_dump_json())
+
+
+@pytest.mark.parametrize(
+    "problem",
+    [
+        None,
+        {
+            "type": "https://jobq.dev/problems/validation-error",
+            "title": "Unprocessable Content",
+            "status": 422,
+            "detail": "a value is out of range or malformed",
+        },
+    ],
+)
+def test_a_settle_with_claim_next_renders_as_the_settle_results_model_does(
+    problem: dict[str, Any] | None,
+) -> None:
+    outcomes = [LeaseOutcome(job_id=1, status="succeeded")]
+    rows = [records.Job(**_row(id=8)), records.Job(**_row(id=9))]
+    ours = orjson.loads(render.settle_response(outcomes, rows, problem).body)
+    assert ours == orjson.loads(
+        SettleResults.model_validate(ours).model_dump_json(exclude_unset=True)
+    )
+    # Exactly what POST /v1/claim answers for the same rows.
+    claim_answer = render.json_response({"jobs": [render.claimed(r) for r in rows]})
+    assert ours["claimed"] == orjson.loads(claim_answer.body)
+    assert [j["id"] for j in ours["claimed"]["jobs"]] == [8, 9]
+    assert ours.get("claim_error") == problem
 
 
 def test_an_integer_past_64_bits_is_written_exactly() -> None:
