@@ -62,6 +62,7 @@ def _serve(args: argparse.Namespace) -> int:
         from app.supervisor import reuse_port_socket
 
         server = JobqServer.for_app(create_app(settings), log_level=args.log_level)
+        _freeze_heap()
         server.run(sockets=[reuse_port_socket(settings.host, settings.port)])
         return 0
     url = resolve_database_url(settings, verbose=args.verbose)
@@ -101,8 +102,20 @@ def _serve(args: argparse.Namespace) -> int:
             grace_seconds=settings.shutdown_grace_seconds + 5,
         ).run()
     server = JobqServer.for_app(create_app(settings), log_level=args.log_level)
-        server.run(sockets=[reuse_port_socket(settings.host, settings.port)])
-        return 0
+    _freeze_heap()
+    server.run()
+    return 0
+
+
+def _freeze_heap() -> None:
+    """Takes what is built by now (modules, models, the app) out of the garbage collector's sight.
+
+    It lives as long as the process, and a full collection walked all of it on some request's
+    time. Measured on a 500-job batch's parse: 1.19 ms with the default collector, 0.56 ms with
+    the start-up heap frozen (issue 22). Garbage is collected first, so none of it is kept.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def _schedules_file_problem(settings: Settings) -> str | None:
@@ -315,7 +328,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-level",
         default=None,
         choices=["critical", "error", "warning", "info", "debug"],
-        help="default JOBQ_LOG_LEVEL or info (info logs every request and job state change)",
+        help="default JOBQ_LOG_LEVEL or info (info: errors, slow requests, a summary a minute; "
+        "JOBQ_LOG_ACCESS and JOBQ_LOG_JOBS choose which requests and job changes get a line)",
     )
     serve.add_argument(
         "--workers",

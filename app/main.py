@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 
 from fastapi import FastAPI
@@ -37,7 +38,7 @@ from app.domain.types import EnqueueLimits, JobDefaults
 from app.errors import DatabaseUnavailable, brief, install_error_handlers
 from app.http.body_limit import BodyLimit
 from app.http.fastpath import JobqAPI
-from app.logs import RequestIds, log_job_events
+from app.logs import AppLogs
 from app.maintenance.counters import CounterFold, CounterFoldConfig
 from app.maintenance.gauges import QueueGauges
 from app.maintenance.promoter import Promoter, PromoterConfig
@@ -148,7 +149,7 @@ def _loops(settings: Settings, services: Services, hub: WaiterHub) -> list[Loop]
 
 
 @asynccontextmanager
-async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+async def lifespan(app: FastAPI, *, logs: AppLogs) -> AsyncIterator[None]:
     """Builds the pool, the control connection, the service and the loops; tears them down."""
     state = app_state(app)
     settings = state.settings
@@ -216,12 +217,12 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         bulk_batch_size=settings.bulk_batch_size,
     )
     # Every committed change is announced from app/queue/events.py; these listen from the start.
-    services.events.subscribe(log_job_events)
+    services.events.subscribe(logs.jobs)
     for subscriber in state.subscribers:
         services.events.subscribe(subscriber)
     runner = LoopRunner(
         lead=control.lead,
-        loops=[*_loops(settings, services, hub), keys],
+        loops=[*_loops(settings, services, hub), keys, *logs.loops()],
         election_interval=settings.election_interval_seconds,
         stall_intervals=settings.loop_stall_intervals,
         stall_min_seconds=settings.loop_stall_min_seconds,
@@ -255,6 +256,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     finally:
         close_waiters()
         await runner.stop()
+        if logs.summary is not None:
+            logs.summary.write()  # what the last interval counted
         await control.stop()
         await keys.stop()
         await control_engine.dispose()
@@ -320,11 +323,14 @@ def create_app(settings: Settings) -> FastAPI:
     """Builds the app for these settings; nothing is connected until the lifespan starts."""
     # FastAPI's own /docs and /redoc load their assets from a CDN: app/dashboard/docs.py serves
     # /docs from this process instead, and ReDoc not at all.
+    state = AppState(settings=settings)
+    observed = metrics.AppMetrics(state)
+    logs = AppLogs.from_settings(settings, durations=observed.requests)
     app = JobqAPI(
         title="jobq",
         version="0.1.0",
         description=API_DESCRIPTION,
-        lifespan=lifespan,
+        lifespan=partial(lifespan, logs=logs),
         docs_url=None,
         redoc_url=None,
     )
@@ -332,12 +338,10 @@ def create_app(settings: Settings) -> FastAPI:
     app.body_limit_bytes = settings.max_body_bytes
     app.max_json_depth = settings.max_json_depth
     app.cors_origins = [o.strip() for o in settings.cors_origins.split(",") if o.strip()]
-    state = AppState(settings=settings)
     app.state.jobq = state
-    observed = metrics.AppMetrics(state)
     state.subscribers.append(observed.jobs)
-    # Request timing outermost, so it covers every layer.
-    app.outer = [observed.timer(app), RequestIds]
+    # Request timing outermost, so it covers every layer; then request ids and the access log.
+    app.outer = [observed.timer(app), logs.request_ids]
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_body_size=settings.max_body_bytes)
     # The routes go on the app's own router: FastAPI 0.165 matches an included router's

@@ -36,9 +36,11 @@ class JobqServer(uvicorn.Server):
             host=settings.host,
             port=settings.port,
             log_level=log_level,
-            # No logging config of uvicorn's own: its records (the access line at info included)
-            # go to the root handler `jobq` set up (app/logs.py), with the request id.
+            # No logging config of uvicorn's own: its records go to the root handler `jobq` set
+            # up (app/logs.py). Nor its access line, one per request: the app's own access log
+            # writes the ones JOBQ_LOG_ACCESS asks for (app/http/access_log.py).
             log_config=None,
+            access_log=False,
             timeout_graceful_shutdown=int(settings.shutdown_grace_seconds),
             timeout_keep_alive=settings.http_keepalive_seconds,
         )

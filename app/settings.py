@@ -135,6 +135,40 @@ class Settings(BaseSettings):
         default="auto",
         description="Log lines as json, text, or auto: text on a terminal, JSON otherwise.",
     )
+    # A hot request's two lines cost about a seventh of its CPU (README, Logs): by default the
+    # routine requests and job changes are counted in the summary line, not written one by one.
+    log_access: Literal["off", "errors", "sampled", "all"] = Field(
+        default="errors",
+        description="Which answered requests get an http.request line: errors (4xx, 5xx and "
+        "slow requests), sampled (those and a share of the rest, JOBQ_LOG_SAMPLE_RATE), all, "
+        "or off.",
+    )
+    log_jobs: Literal["off", "errors", "sampled", "all"] = Field(
+        default="errors",
+        description="Which job state changes get a job.* line: errors (every kind but the "
+        "routine enqueued, claimed, completed and webhook_delivered), sampled (those and every "
+        "change of a share of the jobs, JOBQ_LOG_SAMPLE_RATE), all, or off.",
+    )
+    log_sample_rate: float = Field(
+        default=0.01,
+        ge=0,
+        le=1,
+        description="Share of the routine requests, and of the jobs, the sampled modes log.",
+    )
+    log_slow_request_ms: float = Field(
+        default=1000,
+        gt=0,
+        le=3_600_000,
+        description="A request answered later than this is logged (a warning) unless "
+        "JOBQ_LOG_ACCESS is off; a long poll, this long past the wait it asked for.",
+    )
+    log_summary_seconds: float = Field(
+        default=60,
+        ge=0,
+        le=86_400,
+        description="How often a summary line counts the requests per route and status and the "
+        "job state changes since the last one (none when nothing happened); 0: never.",
+    )
 
     # Metrics.
     metrics_refresh_seconds: float = Field(
@@ -434,7 +468,7 @@ class Settings(BaseSettings):
         parse_networks(value)  # raises ValueError naming the bad range
         return value
 
-    @field_validator("log_level", "log_format", mode="before")
+    @field_validator("log_level", "log_format", "log_access", "log_jobs", mode="before")
     @classmethod
     def _lower_case(cls, value: Any) -> Any:
         return value.lower() if isinstance(value, str) else value
