@@ -1,11 +1,12 @@
-"""``python -m bench``: jobq against raw SQL on the same PostgreSQL, every run verified.
+"""``python -m bench``: jobq against raw SQL on its schema and on a lean queue table, verified.
 
     python -m bench                         # embedded PostgreSQL, 1 instance, 20,000 jobs, 3 rounds
     python -m bench --smoke                 # a few hundred jobs, 1 round, short soak (< 1 minute)
     python -m bench --dsn postgresql://postgres@127.0.0.1:5432/postgres   # another server
     python -m bench --instances 2           # two `jobq serve` instances (scale-out)
     python -m bench --json bench.json       # also write every figure as JSON
-    python -m bench --peers                 # also PGQueuer in process (pip install -e '.[bench]')
+    python -m bench --peers                 # also PGQueuer and Procrastinate in process
+                                            #   (pip install -e '.[bench]')
     python -m bench --only chain,fanin      # only the composed-work rows (issue 21)
 
 It creates a fresh database (on the embedded PostgreSQL, or on ``--dsn``'s server, and drops it
@@ -14,11 +15,21 @@ prints the settings it runs with. The load always comes from a separate process
 (``python -m bench.load``, a lean HTTP/1.1 client on asyncio streams, or asyncpg for the raw-SQL
 baseline), which reports its own CPU and that of the servers for each run.
 
-The table compares, per workload, jobq's jobs/s with the same work done by raw SQL on the same
-database in the same run (median over ``--rounds``), with the servers' CPU per request, the load
-process's share of the machine and commits (and statement calls, when ``pg_stat_statements`` is
-loaded) per job. With ``--peers`` each row also runs through PGQueuer in the load process, on a
-database of its own on the same server, and the table adds its jobs/s and jobq ÷ PGQueuer.
+Each row of the table runs one workload against three targets, interleaved, in the same run
+(median over ``--rounds``): jobq over HTTP; raw SQL (``bench/baseline.py``: asyncpg, one
+autocommit statement per step) on jobq's own schema, in the same database, its triggers,
+counters and indexes firing as they do for jobq ("schema"); and the very same statements on a
+lean queue table (``bench/lean.py``: the columns they touch, a primary key, one partial claim
+index, no triggers) in a database of its own on the same server ("lean"). The first table
+prints the three jobs/s and jobq ÷ lean (all that jobq costs over the leanest queue on this
+PostgreSQL), jobq ÷ schema (what HTTP and the service cost) and schema ÷ lean (what the schema
+costs the same statements). The rows with concurrency keys run on jobq's schema only. The second
+table prints what each job cost: the servers' CPU per request, the load process's share of the
+machine, commits (and statement calls, when ``pg_stat_statements`` is loaded) per job on the
+jobq database, and transaction ids per job. With ``--peers`` each row also runs through PGQueuer
+and Procrastinate in the load process, each on a database of its own on the same server, and the
+first table adds their jobs/s and jobq ÷ each (Procrastinate fetches one job per statement, so
+it runs only the rows claiming one job at a time, without concurrency keys).
 Then the composed-work rows (``bench/composed_suite.py``): a 3-step chain (workflows a -> b -> c)
 and a 100-way fan-in (a batch of 100 with a callback), each against the application doing the
 same chaining and counting in raw SQL, with units/s, jobs/s and end-to-end latency p50/p95.
@@ -49,7 +60,7 @@ from typing import Any
 
 import asyncpg
 
-from bench import composed_suite, report
+from bench import composed_suite, lean, report
 from bench.harness import JobqProcess, database, jobq_process, raw_dsn
 from bench.suite import (
     HISTORY_TARGET_RATIO,
@@ -59,6 +70,7 @@ from bench.suite import (
     SOAK_WORKERS,
     STATS_SETTLE_SECONDS,
     Options,
+    Sibling,
     Suite,
     cores,
 )
@@ -134,7 +146,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--peers",
         action="store_true",
-        help="also run every table row through PGQueuer in process (pip install -e '.[bench]')",
+        help="also run the table's rows through PGQueuer and Procrastinate in process "
+        "(pip install -e '.[bench]')",
     )
     return p
 
@@ -151,16 +164,20 @@ def sections(text: str) -> tuple[str, ...]:
     return tuple(name for name in SECTIONS if name in named)
 
 
-def pgqueuer_version() -> str:
-    """PGQueuer's version, or exits saying how to install it (``--peers`` needs it)."""
-    try:
-        import pgqueuer  # noqa: F401
-    except ImportError as exc:
-        raise SystemExit(
-            f"--peers runs PGQueuer, which is not importable here ({exc}); "
-            "install it with: pip install -e '.[bench]'"
-        ) from None
-    return importlib.metadata.version("pgqueuer")
+PEERS = {"pgqueuer": "PGQueuer", "procrastinate": "Procrastinate"}  # package: name
+
+
+def peer_versions() -> dict[str, str]:
+    """The peers' versions by package, or exits saying how to install them (``--peers``)."""
+    for package, name in PEERS.items():
+        try:
+            importlib.import_module(package)
+        except ImportError as exc:
+            raise SystemExit(
+                f"--peers runs {name}, which is not importable here ({exc}); "
+                "install it with: pip install -e '.[bench]'"
+            ) from None
+    return {package: importlib.metadata.version(package) for package in PEERS}
 
 
 def options_from(args: argparse.Namespace) -> Options:
@@ -233,11 +250,19 @@ def print_settings(settings: dict[str, Any]) -> None:
         f"{composed_suite.FAN} per run; sections {','.join(o['sections'])}"
     )
     print(f"  pg_stat_statements: {'available' if pgss is None else f'unavailable ({pgss})'}")
+    lean = settings["lean"]
+    if lean:
+        print(
+            f"  lean queue table: database {lean['database']} on the same server ({lean['table']})"
+        )
     peers = settings["peers"]
     if peers:
+        pgqueuer, procrastinate = peers["pgqueuer"], peers["procrastinate"]
         print(
-            f"  peers: PGQueuer {peers['pgqueuer']} in the load process, database "
-            f"{peers['database']} on the same server (durability {peers['durability']})"
+            f"  peers in the load process, each on its own database on the same server: "
+            f"PGQueuer {pgqueuer['version']} ({pgqueuer['database']}, durability "
+            f"{pgqueuer['durability']}), Procrastinate {procrastinate['version']} "
+            f"({procrastinate['database']})"
         )
     print(flush=True)
 
@@ -248,7 +273,8 @@ def print_results(document: dict[str, Any]) -> None:
     pgss = document["settings"]["pg_stat_statements"]
     peers = document["settings"]["peers"]
     if document["rows"]:
-        print(report.table(document["rows"], with_calls=pgss is None, with_peers=bool(peers)))
+        titles = [(name, PEERS[name]) for name in peers or {}]
+        print(report.table(document["rows"], with_calls=pgss is None, peers=titles))
     if document["composed"]:
         print()
         print("\n".join(composed_suite.lines(document["composed"])))
@@ -324,14 +350,22 @@ def print_results(document: dict[str, Any]) -> None:
         else f"unavailable ({pgss})"
     )
     xids_background = f" (idle instances: {background['xids_per_s']:.2f} /s)" if background else ""
+    commits_note += "; the lean table's and the peers' are not read (other databases)"
     print(
         "\nnotes:\n"
-        f"  - jobs/s: median over {o['rounds']} round(s); jobq and raw SQL runs interleave, on the "
-        "same database, tables truncated before each run; drains time only the drain (pre-load "
-        "untimed, through the target's own 500-job batch enqueue).\n"
-        "  - raw SQL: asyncpg, one connection per client, one autocommit statement per step; the "
-        "schema's counter triggers fire for it too, so the baseline pays them as jobq does. The "
-        "jobq servers stay up (their background loops run) during the raw runs.\n"
+        f"  - jobs/s: median over {o['rounds']} round(s); the targets' runs interleave within each "
+        "round, tables truncated before each run; drains time only the drain (pre-load untimed, "
+        "500 jobs a call: jobq's through its own batch enqueue, the raw baselines' through their "
+        "500-row statement on the orchestrator's connection, each peer's through its own batch "
+        "enqueue in the load process).\n"
+        "  - schema: raw SQL, asyncpg, one connection per client, one autocommit statement per "
+        "step, on jobq's own tables: the schema's triggers, counters and indexes fire for it too, "
+        "so it pays them as jobq does. lean: the same statements, text for text, on the lean "
+        "queue table in its own database on the same server (bench/lean.py: the columns they "
+        "touch, a primary key, one partial claim index, no triggers). The rows with concurrency "
+        f"keys run on jobq's schema only ({report.NOT_RUN}); there the raw statements take no "
+        "keys either. The jobq servers stay up (their background loops run) during the raw "
+        "runs.\n"
         "  - server CPU ms/req: utime+stime of the jobq serve processes (/proc) over the timed "
         "section, per HTTP request. client CPU: the load process's CPU over the timed section, as "
         f"a share of wall time x {document['settings']['cores']} cores.\n"
@@ -348,15 +382,27 @@ def print_results(document: dict[str, Any]) -> None:
     )
     if peers:
         print(
-            f"  - PGQueuer {peers['pgqueuer']}: in the load process (no HTTP, no service), one "
-            "asyncpg connection (AsyncpgDriver) per client, its own database on the same server, "
-            "its tables truncated before each run, interleaved with the jobq and raw runs. "
+            f"  - PGQueuer {peers['pgqueuer']['version']}: in the load process (no HTTP, no "
+            "service), one asyncpg connection (AsyncpgDriver) per client, its own database on the "
+            "same server, its tables truncated before each run, interleaved with the other runs. "
             "Enqueue: Queries.enqueue, one job per call or lists of 500. Drain: one QueueManager "
             "per worker in drain mode, batch_size = max_jobs, PGQueuer's defaults otherwise: it "
             "dequeues again without waiting for the batch's handlers (no max_concurrent_tasks) "
             "and acknowledges in a buffer (finished jobs moved to its log in one statement per "
             "batch_size jobs or 0.1 s), flushed before the timed section ends. The jobq servers "
-            "stay up during its runs. Its client CPU, xids and statements per job are in --json."
+            "stay up during its runs. The rows with concurrency keys run as plain drains. Its "
+            "client CPU, xids and statements per job are in --json.\n"
+            f"  - Procrastinate {peers['procrastinate']['version']}: in the load process, one App "
+            "whose PsycopgConnector pool holds a connection per client or worker (its defaults "
+            "otherwise: a transaction per statement, the pool checking a connection before "
+            "handing it out), its own database on the same server, its tables truncated before "
+            "each run. Enqueue: the task's defer_async, one job per call, or batch_defer_async "
+            "with 500. Drain: one worker per simulated worker (concurrency 1, wait=False, no "
+            "LISTEN), each fetching one job per statement and marking it succeeded in another; "
+            "each worker's start (prune, register) and stop (unregister), three statements, are "
+            "timed. It has no claim of several jobs at once and no concurrency keys: the rows "
+            f"with max_jobs 50 and those with keys are not run ({report.NOT_RUN}). Its client "
+            "CPU, xids and statements per job are in --json."
         )
     failures = document["verification"]["failures"]
     if failures:
@@ -379,14 +425,17 @@ async def run(url: str, server: str, args: argparse.Namespace, started: float) -
     servers: list[JobqProcess] = []
     try:
         async with contextlib.AsyncExitStack() as stack:
-            peer = None
-            if options.peers:
-                from bench import peers
+            siblings: list[Sibling] = []
+            if "rows" in options.sections:
+                siblings.append(await stack.enter_async_context(lean.lean(dsn)))
+            if options.peers and "rows" in options.sections:
+                from bench import peers, procrastinate_peer  # import the peers' packages
 
-                peer = await stack.enter_async_context(peers.peer(dsn))
+                siblings.append(await stack.enter_async_context(peers.peer(dsn)))
+                siblings.append(await stack.enter_async_context(procrastinate_peer.peer(dsn)))
             for _ in range(args.instances):
                 servers.append(await stack.enter_async_context(jobq_process(url)))
-            suite = Suite(dsn=dsn, servers=servers, admin=admin, options=options, peer=peer)
+            suite = Suite(dsn=dsn, servers=servers, admin=admin, options=options, siblings=siblings)
             await suite.check_pg_stat_statements()
             chosen = options.sections
             if "rows" in chosen:  # only the table's rows read commits
@@ -401,7 +450,13 @@ async def run(url: str, server: str, args: argparse.Namespace, started: float) -
                 "instances": args.instances,
                 "pools": pools(url),
                 "pg_stat_statements": suite.pg_stat_statements,
-                "peers": peer.describe() if peer is not None else None,
+                "lean": suite.siblings["lean"].describe() if "lean" in suite.siblings else None,
+                "peers": {
+                    name: sibling.describe()
+                    for name, sibling in suite.siblings.items()
+                    if name in PEERS
+                }
+                or None,
                 "background": suite.background,
                 "options": asdict(options),
             }
@@ -466,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.instances < 1:
         raise SystemExit("--instances must be at least 1")
     if args.peers:
-        pgqueuer_version()
+        peer_versions()
     started = time.monotonic()
     if args.dsn:
         server = "--dsn server"

@@ -1,7 +1,7 @@
 """The raw-SQL baseline the load process (``python -m bench.load raw-...``) runs straight on PostgreSQL.
 
-The same workloads as ``bench/workloads.py``, on the same database and the real jobq schema,
-with one asyncpg connection per simulated client and one autocommit statement per step:
+The same workloads as ``bench/workloads.py``, with one asyncpg connection per simulated client
+and one autocommit statement per step:
 
 - :func:`enqueue`: a single-row ``INSERT`` of the columns jobq sets (queue, type, payload,
   priority, status, max_attempts, lease_seconds, run_at), or a 500-row ``INSERT ... SELECT FROM
@@ -9,8 +9,13 @@ with one asyncpg connection per simulated client and one autocommit statement pe
 - :func:`drain`: claim (``WITH picked AS (... FOR UPDATE SKIP LOCKED) UPDATE ... RETURNING``)
   then complete (``UPDATE ... WHERE id = ANY(...) AND lease_id = ANY(...)``) until empty.
 
-The schema's statement-level triggers (per-queue counters) fire here too, so the baseline pays
-for them as jobq does. What it leaves out is HTTP, validation, JSON and the Python service.
+``python -m bench`` runs these statements twice per row, against two ``jobs`` tables: jobq's own
+(on the jobq database, where the schema's statement-level triggers, per-queue counters and
+indexes fire for them as they do for jobq), and the lean queue table of ``bench/lean.py`` (in a
+database of its own: the same columns these statements touch, a primary key, one partial claim
+index, no triggers). What both leave out is HTTP, validation, JSON and the Python service; what
+the second also leaves out is the schema. :func:`insert_batches` is the drains' untimed pre-load,
+the same 500-row statement run by the orchestrator on its own connection.
 """
 
 from __future__ import annotations
@@ -126,6 +131,7 @@ async def enqueue(args: dict[str, Any], meter: Meter, errors: Errors) -> dict[st
     return {
         "jobs": numbers.next,
         "requests": requests,
+        "statements": requests,  # one statement a request
         "created": len(created),
         "created_unique": len(set(created)),
     }
@@ -167,4 +173,39 @@ async def drain(args: dict[str, Any], meter: Meter, errors: Errors) -> dict[str,
     await asyncio.gather(*(worker(i, conn) for i, conn in enumerate(conns)))
     meter.stop()
     await close_all(conns)
-    return {"jobs": len(completed), "requests": requests, "completed_ids": completed}
+    return {
+        "jobs": len(completed),
+        "requests": requests,
+        "statements": requests,  # one statement a request
+        "completed_ids": completed,
+    }
+
+
+async def insert_batches(conn: Any, *, queue: str, jobs: int, batch: int) -> dict[str, Any]:
+    """Inserts ``jobs`` jobs on ``conn`` through :data:`INSERT_MANY`, ``batch`` rows a statement.
+
+    A drain's pre-load, untimed: the rows :func:`enqueue` would insert, without starting a load
+    process for them. Answers what :func:`enqueue` answers, errors included.
+    """
+    numbers, errors = Counter(jobs), Errors()
+    created: list[int] = []
+    while chunk := numbers.take(batch):
+        try:
+            rows = await conn.fetch(
+                INSERT_MANY,
+                queue,
+                JOB_TYPE,
+                [payload(n) for n in chunk],
+                MAX_ATTEMPTS,
+                LEASE_SECONDS,
+            )
+        except asyncpg.PostgresError as exc:
+            errors.add(f"insert: {exc!r}")
+            continue
+        created.extend(row["id"] for row in rows)
+    return {
+        "jobs": numbers.next,
+        "created": len(created),
+        "created_unique": len(set(created)),
+        **errors.figures(),
+    }

@@ -6,9 +6,12 @@
 by the orchestrator nor by the server. Workloads: ``enqueue``, ``drain``, ``latency``,
 ``claim-latency``, ``lease-latency`` and ``soak`` over HTTP (``bench/workloads.py``; each
 sends ``api_key`` as a bearer token when given); ``chain`` and ``fanin`` over HTTP
-(``bench/composed.py``); ``raw-enqueue`` and ``raw-drain`` over asyncpg (``bench/baseline.py``);
-``raw-chain`` and ``raw-fanin`` over asyncpg (``bench/composed_raw.py``); ``pgqueuer-enqueue`` and ``pgqueuer-drain`` through PGQueuer in this
-process (``bench/peers.py``, for ``python -m bench --peers``). The answer, one JSON object on
+(``bench/composed.py``); ``raw-enqueue`` and ``raw-drain`` over asyncpg (``bench/baseline.py``,
+on jobq's schema or on the lean queue table, whichever database ``dsn`` names); ``raw-chain``
+and ``raw-fanin`` over asyncpg (``bench/composed_raw.py``); ``pgqueuer-enqueue`` and
+``pgqueuer-drain`` through PGQueuer in this process (``bench/peers.py``), ``procrastinate-enqueue``
+and ``procrastinate-drain`` through Procrastinate (``bench/procrastinate_peer.py``), both for
+``python -m bench --peers``. The answer, one JSON object on
 stdout, holds the workload's own figures plus, over its timed section, the wall seconds, this
 process's CPU seconds and the CPU seconds of the server processes named in ``server_pids``
 (Linux ``/proc``). It imports neither the service nor SQLAlchemy, so it starts fast and stays
@@ -45,6 +48,8 @@ def workloads() -> dict[str, Workload]:
         "raw-fanin": composed_raw.fanin,
         "pgqueuer-enqueue": pgqueuer_enqueue,
         "pgqueuer-drain": pgqueuer_drain,
+        "procrastinate-enqueue": procrastinate_enqueue,
+        "procrastinate-drain": procrastinate_drain,
     }
 
 
@@ -60,6 +65,22 @@ async def pgqueuer_drain(args: dict[str, Any], meter: Meter, errors: Errors) -> 
     from bench import peers
 
     return await peers.drain(args, meter, errors)
+
+
+async def procrastinate_enqueue(
+    args: dict[str, Any], meter: Meter, errors: Errors
+) -> dict[str, Any]:
+    """``bench.procrastinate_peer.enqueue``, imported only by the process that runs it."""
+    from bench import procrastinate_peer
+
+    return await procrastinate_peer.enqueue(args, meter, errors)
+
+
+async def procrastinate_drain(args: dict[str, Any], meter: Meter, errors: Errors) -> dict[str, Any]:
+    """``bench.procrastinate_peer.drain``, imported only by the process that runs it."""
+    from bench import procrastinate_peer
+
+    return await procrastinate_peer.drain(args, meter, errors)
 
 
 async def run(name: str, args: dict[str, Any]) -> dict[str, Any]:

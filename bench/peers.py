@@ -8,11 +8,13 @@ Two halves, both about PGQueuer only:
   :func:`drain` runs one ``QueueManager`` per worker in drain mode with ``batch_size`` = the
   row's ``max_jobs`` and a handler that records each job it is given;
 - the orchestrator (``bench/suite.py``) gets a :class:`Peer` from :func:`peer`: a fresh database
-  on the same server with PGQueuer's schema installed by its own installer
-  (``Queries.install()``), emptied before each run and checked against what the load reports.
+  on the same server (``bench/databases.py``) with PGQueuer's schema installed by its own
+  installer (``Queries.install()``), emptied before each run and checked against what the load
+  reports.
 
 PGQueuer's tables live in their own database so jobq's figures (commits on the jobq database,
-its triggers and counters) are untouched by the peer's runs. Object names come from PGQueuer's
+its triggers and counters) are untouched by the peer's runs. Procrastinate, the other peer, is
+``bench/procrastinate_peer.py``. Object names come from PGQueuer's
 settings (``PGQUEUER_*`` environment variables, defaults otherwise), the same in both processes.
 """
 
@@ -25,14 +27,13 @@ import json
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 from pgqueuer import AsyncpgDriver, Job, Queries, QueueManager
 from pgqueuer.domain.settings import db_settings
 from pgqueuer.types import QueueExecutionMode
 
-from bench import baseline
+from bench import baseline, databases
 from bench.baseline import close_all
 from bench.common import JOB_TYPE, Counter, Errors, Meter
 
@@ -193,6 +194,9 @@ async def drain(args: dict[str, Any], meter: Meter, errors: Errors) -> dict[str,
 class Peer:
     """PGQueuer's database as the orchestrator sees it: where the load goes, emptying, checks."""
 
+    name = "pgqueuer"  # its figures' key in each row
+    workload = "pgqueuer"  # the load process's pgqueuer-enqueue / pgqueuer-drain
+
     def __init__(self, *, dsn: str, database: str, admin: Any) -> None:
         self.dsn = dsn
         self.database = database
@@ -202,10 +206,14 @@ class Peer:
         self.log_table = names.queue_table_log
         self.statistics_table = names.statistics_table
 
+    def runs(self, *, max_jobs: int, keys: int) -> bool:
+        """Every row (its claim takes ``batch_size`` jobs; concurrency keys are jobq's alone)."""
+        return True
+
     def describe(self) -> dict[str, str]:
         """What the settings block and the JSON say about the peer."""
         return {
-            "pgqueuer": VERSION,
+            "version": VERSION,
             "database": self.database,
             "durability": db_settings().durability.value,
         }
@@ -281,19 +289,10 @@ class Peer:
 @contextlib.asynccontextmanager
 async def peer(dsn: str) -> AsyncIterator[Peer]:
     """A fresh database next to ``dsn``'s on the same server, PGQueuer installed; dropped after."""
-    server = await asyncpg.connect(dsn)
-    name = f"{await server.fetchval('SELECT current_database()')}_pgqueuer"
-    try:
-        await server.execute(f'CREATE DATABASE "{name}"')
-        peer_dsn = urlunsplit(urlsplit(dsn)._replace(path=f"/{name}"))
-        admin = await asyncpg.connect(
-            peer_dsn, server_settings={"application_name": "bench-orchestrator"}
-        )
+    async with databases.sibling(dsn, "pgqueuer") as (name, peer_dsn):
+        admin = await databases.connect(peer_dsn)
         try:
             await Queries(AsyncpgDriver(admin)).install()
             yield Peer(dsn=peer_dsn, database=name, admin=admin)
         finally:
             await admin.close()
-    finally:
-        await server.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await server.close()

@@ -1,5 +1,6 @@
-"""How ``python -m bench`` prints its figures (one table, then latency, history, soak and
-with / without keys lines) and writes them as JSON (``--json PATH``), so runs can be compared.
+"""How ``python -m bench`` prints its figures (the rows' jobs/s and their costs, then latency,
+history, soak and with / without keys lines) and writes them as JSON (``--json PATH``), so runs
+can be compared.
 
 Only formatting: the figures come from ``bench/suite.py``, which measures and verifies them.
 """
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 MISSING = "n/a"
+NOT_RUN = "\N{EN DASH}"  # the target does not run this row (the notes under the table say why)
 
 
 def number(value: float | None, digits: int = 0) -> str:
@@ -27,49 +29,98 @@ def percent(value: float | None) -> str:
     return MISSING if value is None else f"{100 * value:.0f}%"
 
 
-def pair(left: str, right: str) -> str:
-    """Two figures side by side, jobq first."""
-    return f"{left} / {right}"
+def pair(left: str, *right: str) -> str:
+    """Figures side by side, jobq first."""
+    return " / ".join((left, *right))
 
 
-def table(rows: Sequence[Mapping[str, Any]], *, with_calls: bool, with_peers: bool = False) -> str:
-    """The comparison table: one line per workload row (medians over its rounds).
+def jobs_cell(row: Mapping[str, Any], target: str) -> str:
+    """``target``'s jobs/s in ``row``; a dash when it does not run the row."""
+    figures = row.get(target)
+    return NOT_RUN if figures is None else number(figures.get("jobs_per_s"))
 
-    ``with_peers`` adds PGQueuer's jobs/s and jobq ÷ PGQueuer after the raw-SQL columns.
+
+def ratio_cell(row: Mapping[str, Any], key: str, *targets: str) -> str:
+    """The ratio ``key`` of ``row``; a dash when one of ``targets`` does not run the row."""
+    if any(row.get(target) is None for target in targets):
+        return NOT_RUN
+    return number(row.get(key), 3)
+
+
+def table(
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    with_calls: bool,
+    peers: Sequence[tuple[str, str]] = (),
+) -> str:
+    """The two tables, one line per workload row each (medians over its rounds): jobs/s with
+    the ratios, then what each job cost.
+
+    ``peers`` (name, title) adds each peer's jobs/s and jobq ÷ that peer to the first.
     """
+    return throughput(rows, peers=peers) + "\n\n" + costs(rows, with_calls=with_calls)
+
+
+def throughput(rows: Sequence[Mapping[str, Any]], *, peers: Sequence[tuple[str, str]] = ()) -> str:
+    """jobq's, raw SQL's on jobq's schema and on the lean table, each peer's jobs/s; the ratios."""
     columns = [
         ("workload", "<"),
         ("jobq jobs/s", ">"),
-        ("raw jobs/s", ">"),
-        ("jobq÷raw", ">"),
+        ("schema jobs/s", ">"),
+        ("lean jobs/s", ">"),
+        ("jobq÷lean", ">"),
+        ("jobq÷schema", ">"),
+        ("schema÷lean", ">"),
     ]
-    if with_peers:
-        columns += [("PGQueuer jobs/s", ">"), ("jobq÷PGQueuer", ">")]
-    columns += [
+    for _, title in peers:
+        columns += [(f"{title} jobs/s", ">"), (f"jobq÷{title}", ">")]
+    lines: list[list[str]] = []
+    for row in rows:
+        line = [
+            row["label"],
+            jobs_cell(row, "jobq"),
+            jobs_cell(row, "raw"),
+            jobs_cell(row, "lean"),
+            ratio_cell(row, "ratio_lean", "lean"),
+            ratio_cell(row, "ratio", "raw"),
+            ratio_cell(row, "ratio_raw_lean", "lean"),
+        ]
+        for name, _ in peers:
+            line += [jobs_cell(row, name), ratio_cell(row, f"ratio_{name}", name)]
+        lines.append(line)
+    return grid(columns, lines)
+
+
+def costs(rows: Sequence[Mapping[str, Any]], *, with_calls: bool) -> str:
+    """Per row: the servers' CPU per request, the load process's CPU, commits, xids (and
+    statement calls) per job, of jobq, raw SQL on its schema and, where read, on the lean table."""
+    columns = [
+        ("workload", "<"),
         ("server CPU ms/req", ">"),
-        ("client CPU jobq / raw", ">"),
-        ("commits/job jobq / raw", ">"),
-        ("xids/job jobq / raw", ">"),
+        ("client CPU jobq / schema / lean", ">"),
+        ("commits/job jobq / schema", ">"),
+        ("xids/job jobq / schema / lean", ">"),
     ]
     if with_calls:
-        columns.append(("calls/job jobq / raw", ">"))
+        columns.append(("calls/job jobq / schema", ">"))
     lines: list[list[str]] = []
     for row in rows:
         jobq, raw = row.get("jobq") or {}, row.get("raw") or {}
+        lean = row.get("lean")
         line = [
             row["label"],
-            number(jobq.get("jobs_per_s")),
-            number(raw.get("jobs_per_s")),
-            number(row.get("ratio"), 3),
-        ]
-        if with_peers:
-            pgqueuer = row.get("pgqueuer") or {}
-            line += [number(pgqueuer.get("jobs_per_s")), number(row.get("ratio_pgqueuer"), 3)]
-        line += [
             number(jobq.get("server_cpu_ms_per_request"), 2),
-            pair(percent(jobq.get("client_cpu_share")), percent(raw.get("client_cpu_share"))),
+            pair(
+                percent(jobq.get("client_cpu_share")),
+                percent(raw.get("client_cpu_share")),
+                NOT_RUN if lean is None else percent(lean.get("client_cpu_share")),
+            ),
             pair(number(jobq.get("commits_per_job"), 2), number(raw.get("commits_per_job"), 2)),
-            pair(number(jobq.get("xids_per_job"), 2), number(raw.get("xids_per_job"), 2)),
+            pair(
+                number(jobq.get("xids_per_job"), 2),
+                number(raw.get("xids_per_job"), 2),
+                NOT_RUN if lean is None else number(lean.get("xids_per_job"), 2),
+            ),
         ]
         if with_calls:
             line.append(

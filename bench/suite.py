@@ -9,10 +9,14 @@ first round once the statistics have settled, ``pg_stat_database.xact_commit`` a
 says it did. Every failed check is kept in :attr:`Suite.failures`, printed as it is found, and
 makes the command fail.
 
-Rows (jobq and raw SQL, interleaved per round, medians over ``--rounds``): single enqueue with 1
-and 16 clients, batches of 500 with 4 clients, and drains with 1, 4 and 16 workers claiming 1 and
-50 at a time. With ``--peers`` each round also runs the row through PGQueuer in the load process
-(``bench/peers.py``), on its own database on the same server, checked the same way. Then:
+Rows (interleaved per round, medians over ``--rounds``): single enqueue with 1 and 16 clients,
+batches of 500 with 4 clients, and drains with 1, 4 and 16 workers claiming 1 and 50 at a time,
+each against jobq, raw SQL on jobq's schema and the same raw SQL on the lean queue table
+(``bench/lean.py``, its own database on the same server; not the rows with concurrency keys).
+With ``--peers`` each round also runs the row through PGQueuer (``bench/peers.py``) and
+Procrastinate (``bench/procrastinate_peer.py``, rows claiming one job at a time) in the load
+process, each on its own database on the same server. The lean table and the peers are
+:class:`Sibling` targets, run and checked one way (:meth:`Suite.run_sibling_once`). Then:
 enqueue-to-claim latency with idle long-pollers, claim latency on an empty history and after a
 long one, and a soak with each instance's RSS and PostgreSQL's backends. Last, claim and complete
 latency of one client without API keys and then with one (:meth:`Suite.auth`): authentication
@@ -29,17 +33,15 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 import asyncpg
 import httpx
 
+from bench import baseline, checks
 from bench.baseline import APPLICATION_NAME as RAW_APPLICATION_NAME
 from bench.harness import ROOT, JobqProcess, percentile
 from bench.procstat import tree_rss_bytes
-
-if TYPE_CHECKING:
-    from bench.peers import Peer  # imports PGQueuer, which only --peers needs
 
 QUEUE = "bench"
 PRELOAD_BATCH = 500
@@ -67,7 +69,7 @@ STATS_SETTLE_SECONDS = 10.5
 # How long the idle instances are watched to learn their background loops' commit rate.
 BACKGROUND_SECONDS = 10.0
 
-Target = Literal["jobq", "raw", "pgqueuer"]
+Target = Literal["jobq", "raw"]  # on the jobq database; the others are Sibling targets
 # Figures kept per run and summarised (medians) per row, by target.
 SUMMARY_KEYS = (
     "jobs_per_s",
@@ -77,7 +79,7 @@ SUMMARY_KEYS = (
     "commits_per_job",
     "calls_per_job",
 )
-PEER_SUMMARY_KEYS = ("jobs_per_s", "client_cpu_share", "xids_per_job", "statements_per_job")
+SIBLING_SUMMARY_KEYS = ("jobs_per_s", "client_cpu_share", "xids_per_job", "statements_per_job")
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,7 @@ class Options:
     auth_jobs: int  # claim + complete pairs per run, without and with API keys
     settle_seconds: float  # 0: do not read xact_commit / pg_stat_statements
     smoke: bool
-    peers: bool = False  # also run every row through PGQueuer (bench/peers.py)
+    peers: bool = False  # also run the rows through PGQueuer and Procrastinate
     chains: int = 0  # workflows a -> b -> c per run of the chain row (bench/composed_suite.py)
     fanins: int = 0  # batches of 100 with a callback per run of the fan-in row
     sections: tuple[str, ...] = ()  # what to run (SECTIONS in bench/__main__.py); empty: all
@@ -169,6 +171,43 @@ class LoadFailed(Exception):
     """The load process exited with an error."""
 
 
+class Sibling(Protocol):
+    """A target on a database of its own on the same server: the lean table, each peer.
+
+    The load process runs its ``<workload>-enqueue`` and ``<workload>-drain`` workloads against
+    :attr:`dsn`; the orchestrator empties its tables and checks them after each run.
+    """
+
+    name: str  # the key of its figures in each row, and of its ratio: ratio_<name>
+    workload: str  # the load process's workload prefix ("raw": bench/baseline.py's)
+    dsn: str
+    admin: Any  # the orchestrator's asyncpg connection to its database
+
+    def runs(self, *, max_jobs: int, keys: int) -> bool:
+        """Whether it runs a row claiming ``max_jobs`` at a time (with ``keys`` keys)."""
+        ...
+
+    def describe(self) -> dict[str, str]:
+        """What the settings block and the JSON say about it."""
+        ...
+
+    async def truncate(self) -> None:
+        """Empties its tables."""
+        ...
+
+    async def queued_ids(self) -> set[int]:
+        """The ids of the jobs it holds."""
+        ...
+
+    async def check_enqueue(self, result: dict[str, Any], n: int) -> list[str]:
+        """The failed checks of an enqueue of ``n`` jobs."""
+        ...
+
+    async def check_drain(self, result: dict[str, Any], preloaded: set[int]) -> list[str]:
+        """The failed checks of a drain of ``preloaded``."""
+        ...
+
+
 def cores() -> int:
     """CPUs this process may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -198,10 +237,11 @@ class Suite:
         servers: Sequence[JobqProcess],
         admin: Any,
         options: Options,
-        peer: Peer | None = None,
+        siblings: Sequence[Sibling] = (),
     ) -> None:
         self.dsn = dsn
-        self.peer = peer  # PGQueuer's database, with --peers
+        # The lean table's database, then each peer's (with --peers), by name.
+        self.siblings = {sibling.name: sibling for sibling in siblings}
         self.servers = list(servers)
         self.admin = admin  # one asyncpg connection for setup, checks and statistics
         self.options = options
@@ -265,7 +305,7 @@ class Suite:
                 + err.decode(errors="replace")[-2000:]
             )
         result: dict[str, Any] = json.loads(out)
-        if not workload.startswith(("raw-", "pgqueuer-")):
+        if "bases" in args:
             self.last_jobq_activity = time.monotonic()
         return result
 
@@ -370,23 +410,38 @@ class Suite:
         """Whether this run reads commits and calls (each read waits for a settle)."""
         return self.options.settle_seconds > 0 and round_index == 0
 
-    @property
-    def targets(self) -> tuple[Target, ...]:
-        """What each row runs against, in order within a round."""
-        return ("jobq", "raw", "pgqueuer") if self.peer is not None else ("jobq", "raw")
+    def targets(self, row: Row) -> list[str]:
+        """What ``row`` runs against, in order within a round: jobq, raw SQL on its schema, then
+        each sibling that runs such a row (the lean table, then the peers)."""
+        return [
+            "jobq",
+            "raw",
+            *(
+                name
+                for name, sibling in self.siblings.items()
+                if sibling.runs(max_jobs=row.max_jobs, keys=row.keys)
+            ),
+        ]
 
     async def run_row(self, row: Row) -> dict[str, Any]:
-        """Runs ``row`` on every target, interleaved, ``rounds`` times; answers the medians."""
-        rounds: dict[Target, list[dict[str, Any]]] = {target: [] for target in self.targets}
+        """Runs ``row`` on every target, interleaved, ``rounds`` times; answers the medians.
+
+        A sibling that does not run the row has ``None`` for its figures and its ratio.
+        """
+        targets = self.targets(row)
+        rounds: dict[str, list[dict[str, Any]]] = {target: [] for target in targets}
         for round_index in range(self.options.rounds):
-            for target in self.targets:
+            for target in targets:
                 context = f"{row.label}, {target}, round {round_index + 1}"
                 try:
-                    if target == "pgqueuer":
-                        figures = await self.run_peer_once(row, context)
+                    if target in self.siblings:
+                        figures = await self.run_sibling_once(row, self.siblings[target], context)
                     else:
                         figures = await self.run_once(
-                            row, target, context, settled=self.settles(round_index)
+                            row,
+                            "jobq" if target == "jobq" else "raw",
+                            context,
+                            settled=self.settles(round_index),
                         )
                 except LoadFailed as exc:
                     self.fail(context, str(exc))
@@ -398,52 +453,68 @@ class Suite:
                     flush=True,
                 )
         summary: dict[str, Any] = asdict(row)
-        for target in self.targets:
+        for target in ("jobq", "raw", *self.siblings):
+            if target not in rounds:
+                summary[target] = None
+                continue
             runs = rounds[target]
-            keys = PEER_SUMMARY_KEYS if target == "pgqueuer" else SUMMARY_KEYS
+            keys = SUMMARY_KEYS if target in ("jobq", "raw") else SIBLING_SUMMARY_KEYS
             summary[target] = {key: median([run.get(key) for run in runs]) for key in keys}
             summary[target]["rounds"] = runs
-        jobq, raw = summary["jobq"]["jobs_per_s"], summary["raw"]["jobs_per_s"]
-        summary["ratio"] = jobq / raw if jobq and raw else None
-        if self.peer is not None:
-            pgqueuer = summary["pgqueuer"]["jobs_per_s"]
-            summary["ratio_pgqueuer"] = jobq / pgqueuer if jobq and pgqueuer else None
+        jobq, raw = jobs_per_s(summary, "jobq"), jobs_per_s(summary, "raw")
+        summary["ratio"] = quotient(jobq, raw)  # jobq ÷ raw SQL on jobq's schema
+        for name in self.siblings:  # jobq ÷ the lean table, ÷ each peer
+            summary[f"ratio_{name}"] = quotient(jobq, jobs_per_s(summary, name))
+        if "lean" in self.siblings:  # what jobq's schema costs the same statements
+            summary["ratio_raw_lean"] = quotient(raw, jobs_per_s(summary, "lean"))
         return summary
 
-    async def run_peer_once(self, row: Row, context: str) -> dict[str, Any]:
-        """One run of ``row`` through PGQueuer on its own database, verified; answers its figures.
+    async def run_sibling_once(self, row: Row, sibling: Sibling, context: str) -> dict[str, Any]:
+        """One run of ``row`` on a sibling's own database, verified; answers its figures.
 
-        Drains pre-load (untimed) through PGQueuer's batch enqueue, 500 jobs a call. Commits and
-        statement calls are not read: they are counted per database and the jobq database's
-        figures are the ones settled for; transaction ids are server-wide and read as for the
-        others.
+        Drains pre-load (untimed) 500 jobs a statement: the raw statement on the orchestrator's
+        own connection for the lean table (as for raw SQL on jobq's schema), a peer's own batch
+        enqueue through the load process. Commits and statement calls are not read: they are
+        counted per database and the jobq database's figures are the ones settled for;
+        transaction ids are server-wide and read as for the others.
         """
-        assert self.peer is not None
-        peer, n = self.peer, self.options.jobs
-        await peer.truncate()
+        n = self.options.jobs
+        await sibling.truncate()
         preloaded: set[int] = set()
         if row.kind == "drain":
-            result = await self.load(
-                "pgqueuer-enqueue",
-                {"dsn": peer.dsn, "clients": PRELOAD_CLIENTS, "jobs": n, "batch": PRELOAD_BATCH},
-            )
+            if sibling.workload == "raw":
+                result = await baseline.insert_batches(
+                    sibling.admin, queue=QUEUE, jobs=n, batch=PRELOAD_BATCH
+                )
+            else:
+                result = await self.load(
+                    f"{sibling.workload}-enqueue",
+                    {
+                        "dsn": sibling.dsn,
+                        "queue": QUEUE,
+                        "clients": PRELOAD_CLIENTS,
+                        "jobs": n,
+                        "batch": PRELOAD_BATCH,
+                    },
+                )
             self.check_errors(result, f"{context}, pre-load")
-            for failure in await peer.check_enqueue(result, n):
+            for failure in await sibling.check_enqueue(result, n):
                 self.fail(f"{context}, pre-load", failure)
-            preloaded = await peer.queued_ids()
+            preloaded = await sibling.queued_ids()
         before = await self.statement_counts()
+        args: dict[str, Any] = {"dsn": sibling.dsn, "queue": QUEUE}
         if row.kind == "enqueue":
-            args = {"dsn": peer.dsn, "clients": row.clients, "jobs": n, "batch": row.batch}
+            args |= {"clients": row.clients, "jobs": n, "batch": row.batch}
         else:
-            args = {"dsn": peer.dsn, "workers": row.clients, "max_jobs": row.max_jobs}
-        result = await self.load(f"pgqueuer-{row.kind}", args)
+            args |= {"workers": row.clients, "max_jobs": row.max_jobs}
+        result = await self.load(f"{sibling.workload}-{row.kind}", args)
         after = await self.statement_counts()
 
         self.check_errors(result, context)
         if row.kind == "enqueue":
-            failures = await peer.check_enqueue(result, n)
+            failures = await sibling.check_enqueue(result, n)
         else:
-            failures = await peer.check_drain(result, preloaded)
+            failures = await sibling.check_drain(result, preloaded)
         for failure in failures:
             self.fail(context, failure)
 
@@ -516,19 +587,22 @@ class Suite:
         return figures
 
     async def preload(self, target: Target, n: int, context: str, *, keys: int = 0) -> None:
-        """Enqueues ``n`` jobs (untimed) in batches of 500 through the target's own batch enqueue
-        (jobq's over ``keys`` concurrency keys when ``keys`` > 0)."""
-        args: dict[str, Any] = {
-            "queue": QUEUE,
-            "clients": PRELOAD_CLIENTS,
-            "jobs": n,
-            "batch": PRELOAD_BATCH,
-            "keys": keys,
-        }
+        """Enqueues ``n`` jobs (untimed) in batches of 500: jobq's through its own batch enqueue
+        from the load process (over ``keys`` concurrency keys when > 0), raw SQL's through the
+        same 500-row statement on the orchestrator's connection."""
         if target == "jobq":
+            args: dict[str, Any] = {
+                "queue": QUEUE,
+                "clients": PRELOAD_CLIENTS,
+                "jobs": n,
+                "batch": PRELOAD_BATCH,
+                "keys": keys,
+            }
             result = await self.load("enqueue", args | {"bases": self.bases})
         else:
-            result = await self.load("raw-enqueue", args | {"dsn": self.dsn})
+            result = await baseline.insert_batches(
+                self.admin, queue=QUEUE, jobs=n, batch=PRELOAD_BATCH
+            )
         await self.verify_enqueue(result, n, f"{context}, pre-load")
 
     # -- checks --------------------------------------------------------------------------------
@@ -542,43 +616,14 @@ class Suite:
     async def verify_enqueue(self, result: dict[str, Any], n: int, context: str) -> None:
         """Every job was sent and answered once, and the table holds exactly those rows."""
         self.check_errors(result, context)
-        rows = await self.admin.fetchval("SELECT count(*) FROM jobs")
-        if result["jobs"] != n:
-            self.fail(context, f"{result['jobs']} jobs sent, not {n}")
-        if result["created"] != result["jobs"] or result["created_unique"] != result["created"]:
-            self.fail(
-                context,
-                f"{result['jobs']} jobs sent, {result['created']} ids answered "
-                f"({result['created_unique']} distinct)",
-            )
-        if rows != result["jobs"]:
-            self.fail(context, f"{rows} rows in jobs after {result['jobs']} enqueued")
+        for failure in await checks.enqueue(self.admin, result, n):
+            self.fail(context, failure)
 
     async def verify_drain(self, result: dict[str, Any], n: int, context: str) -> None:
         """Every pre-loaded job completed exactly once by the load and succeeded in the table."""
         self.check_errors(result, context)
-        completed: list[int] = result["completed_ids"]
-        distinct = set(completed)
-        stored = {row["id"] for row in await self.admin.fetch("SELECT id FROM jobs")}
-        state = await self.admin.fetchrow(
-            "SELECT count(*) AS total, "
-            "count(*) FILTER (WHERE status <> 'succeeded') AS unfinished, "
-            "count(*) FILTER (WHERE attempts <> 1) AS reclaimed FROM jobs"
-        )
-        if len(distinct) != len(completed):
-            self.fail(context, f"{len(completed) - len(distinct)} jobs completed more than once")
-        if missing := stored - distinct:
-            self.fail(
-                context, f"{len(missing)} pre-loaded jobs never completed, e.g. {min(missing)}"
-            )
-        if extra := distinct - stored:
-            self.fail(context, f"{len(extra)} completed ids were never pre-loaded")
-        if state["total"] != n:
-            self.fail(context, f"{state['total']} rows in jobs, {n} pre-loaded")
-        if state["unfinished"]:
-            self.fail(context, f"{state['unfinished']} jobs not succeeded after the drain")
-        if state["reclaimed"]:
-            self.fail(context, f"{state['reclaimed']} jobs claimed more than once (attempts > 1)")
+        for failure in await checks.drain(self.admin, result, n):
+            self.fail(context, failure)
 
     # -- the other workloads -------------------------------------------------------------------
 
@@ -890,6 +935,17 @@ def lease_summary(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     summary["failures"] = [line for run in runs for line in run["failures"]]
     summary["rounds"] = list(runs)
     return summary
+
+
+def jobs_per_s(summary: dict[str, Any], target: str) -> float | None:
+    """The median jobs/s of ``target`` in a row's summary, None when it did not run."""
+    figures = summary.get(target)
+    return figures["jobs_per_s"] if figures else None
+
+
+def quotient(value: float | None, reference: float | None) -> float | None:
+    """``value ÷ reference``, None when either is unknown or zero."""
+    return value / reference if value and reference else None
 
 
 def difference(value: float | None, reference: float | None) -> float | None:

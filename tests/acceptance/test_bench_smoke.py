@@ -2,7 +2,8 @@
 
 Speed is never asserted: only that every workload ran, produced positive figures and passed the
 benchmark's own verification (every enqueue counted, every drained job succeeded exactly once),
-and that the claim and complete latency block without and with API keys is printed, its runs
+on jobq, on raw SQL on its schema and on the lean queue table (every row but those with
+concurrency keys), and that the claim and complete latency block without and with API keys is printed, its runs
 with keys having sent the key and passed the same checks.
 """
 
@@ -30,6 +31,7 @@ ROW_KEYS = {
     "drain_16_max1_keys",
     "drain_16_max50_keys",
 }
+KEYED_ROWS = {"drain_16_max1_keys", "drain_16_max50_keys"}  # on jobq's schema only
 TIMEOUT_SECONDS = 180  # it takes about a minute; a hang fails here instead of stalling the suite
 
 
@@ -72,6 +74,15 @@ def test_bench_smoke_runs_and_verifies(pg_server_url: str, tmp_path: Path) -> No
             assert row[target]["rounds"], (key, target)
         assert row["ratio"] > 0, key
         assert row["jobq"]["server_cpu_ms_per_request"] >= 0, key
+        if key in KEYED_ROWS:
+            assert row["lean"] is None, key
+            assert row["ratio_lean"] is None and row["ratio_raw_lean"] is None, key
+            continue
+        assert row["lean"]["jobs_per_s"] > 0, key
+        assert row["lean"]["rounds"], key
+        assert row["ratio_lean"] > 0 and row["ratio_raw_lean"] > 0, key
+    assert figures["settings"]["lean"]["database"].endswith("_lean")
+    assert "schema÷lean" in output
 
     latency = figures["latency"]
     assert latency["n"] == figures["settings"]["options"]["latency_jobs"]

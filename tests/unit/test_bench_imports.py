@@ -65,4 +65,48 @@ def test_the_cycle_finder_finds_one() -> None:
 def test_bench_has_no_import_cycle() -> None:
     graph = _graph()
     assert {"load", "workloads", "baseline", "peers", "common"} <= set(graph)
+    # The fixed-rate mode: orchestrator, report, load process, its targets and the lean queue,
+    # the systems' checks.
+    assert {"rate", "rate_report", "rate_load", "rate_targets", "rate_lean", "rate_systems"} <= set(
+        graph
+    )
+    # The lean queue table, the checks of a jobs table, sibling databases, the second peer.
+    assert {"lean", "checks", "databases", "procrastinate_peer"} <= set(graph)
     assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
+
+
+def _top_level_imports(path: Path, modules: set[str]) -> set[str]:
+    """What ``path`` imports as it is imported (not inside functions): bench's modules by name,
+    other packages by their top-level name."""
+    found: set[str] = set()
+    for node in ast.parse(path.read_text(), filename=str(path)).body:
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [f"{node.module}.{alias.name}" for alias in node.names] + [node.module]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if parts[0] != "bench":
+                found.add(parts[0])
+            elif len(parts) > 1 and parts[1] in modules:
+                found.add(parts[1])
+    return found
+
+
+def test_python_m_bench_imports_the_peers_packages_only_with_peers() -> None:
+    """``python -m bench`` without ``--peers`` runs where PGQueuer and Procrastinate are absent."""
+    modules = {path.stem for path in BENCH.glob("*.py")}
+    seen: set[str] = set()
+    todo = ["__main__"]
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        imported = _top_level_imports(BENCH / f"{module}.py", modules)
+        assert not imported & {"pgqueuer", "procrastinate"}, module
+        todo += sorted(imported & modules)
+    assert "lean" in seen
+    assert not seen & {"peers", "procrastinate_peer"}
