@@ -112,7 +112,9 @@ async def enqueue(args: dict[str, Any], meter: Meter, errors: Errors) -> dict[st
 async def drain(args: dict[str, Any], meter: Meter, errors: Errors) -> dict[str, Any]:
     """``workers`` workers claim ``max_jobs`` at a time and complete them until a claim comes back empty.
 
-    A worker stops at its first empty claim: every job still pending then is held by another
+    Each complete carries ``claim_next`` (the same claim), so a worker makes one request per
+    batch of jobs after its first claim, as ``jobq_client``'s Worker does. A worker stops at its
+    first empty claim: every job still pending then is held by another
     worker, which completes it. The timed section ends when the last worker stops.
     """
     queue, max_jobs = args["queue"], int(args["max_jobs"])
@@ -131,29 +133,34 @@ async def drain(args: dict[str, Any], meter: Meter, errors: Errors) -> dict[str,
             "lease_seconds": LEASE_SECONDS,
             "wait_seconds": wait_seconds,
         }
-        while True:
-            response = await post(conn, "/v1/claim", claim, errors)
-            requests += 1
-            if response is None or response.status != 200:
-                if response is not None:
-                    errors.add(refused("claim", response))
-                return
-            jobs = response.json()["jobs"]
-            if not jobs:
-                return
+        response = await post(conn, "/v1/claim", claim, errors)
+        requests += 1
+        if response is None or response.status != 200:
+            if response is not None:
+                errors.add(refused("claim", response))
+            return
+        jobs = response.json()["jobs"]
+        # Each complete asks for the worker's next jobs (claim_next): one request per batch.
+        claim_next = {k: v for k, v in claim.items() if k != "worker_id"}
+        while jobs:
             leases = [{"job_id": j["id"], "lease_id": j["lease_id"]} for j in jobs]
-            body = {"worker_id": worker_id, "leases": leases}
+            body = {"worker_id": worker_id, "leases": leases, "claim_next": claim_next}
             response = await post(conn, "/v1/complete", body, errors)
             requests += 1
             if response is None or response.status != 200:
                 if response is not None:
                     errors.add(refused("complete", response))
                 return
-            for item in response.json()["results"]:
+            answer = response.json()
+            for item in answer["results"]:
                 if item["ok"] and item["status"] == "succeeded":
                     completed.append(item["job_id"])
                 else:
                     errors.add(f"complete answered {item}")
+            if answer.get("claim_error") is not None:
+                errors.add(f"claim_next answered {answer['claim_error']}")
+                return
+            jobs = answer["claimed"]["jobs"]
 
     await open_all(conns)
     meter.start()
