@@ -19,10 +19,9 @@ FROM jobs
 """
 
 
-async def enqueue(admin: Any, result: dict[str, Any], n: int) -> list[str]:
-    """Every job was sent and answered once, and ``jobs`` holds exactly those rows."""
+def answered(result: dict[str, Any], n: int) -> list[str]:
+    """An enqueue run's own account: ``n`` jobs sent, each answered with a distinct id."""
     failures: list[str] = []
-    rows = await admin.fetchval("SELECT count(*) FROM jobs")
     if result["jobs"] != n:
         failures.append(f"{result['jobs']} jobs sent, not {n}")
     if result["created"] != result["jobs"] or result["created_unique"] != result["created"]:
@@ -30,6 +29,26 @@ async def enqueue(admin: Any, result: dict[str, Any], n: int) -> list[str]:
             f"{result['jobs']} jobs sent, {result['created']} ids answered "
             f"({result['created_unique']} distinct)"
         )
+    return failures
+
+
+def handled(done: list[int], preloaded: set[int], verb: str) -> list[str]:
+    """A drain's own account: each pre-loaded job ``verb`` once, and no other."""
+    failures: list[str] = []
+    distinct = set(done)
+    if len(distinct) != len(done):
+        failures.append(f"{len(done) - len(distinct)} jobs {verb} more than once")
+    if missing := preloaded - distinct:
+        failures.append(f"{len(missing)} pre-loaded jobs never {verb}, e.g. {min(missing)}")
+    if extra := distinct - preloaded:
+        failures.append(f"{len(extra)} {verb} ids were never pre-loaded")
+    return failures
+
+
+async def enqueue(admin: Any, result: dict[str, Any], n: int) -> list[str]:
+    """Every job was sent and answered once, and ``jobs`` holds exactly those rows."""
+    failures = answered(result, n)
+    rows = await admin.fetchval("SELECT count(*) FROM jobs")
     if rows != result["jobs"]:
         failures.append(f"{rows} rows in jobs after {result['jobs']} enqueued")
     return failures
@@ -37,17 +56,9 @@ async def enqueue(admin: Any, result: dict[str, Any], n: int) -> list[str]:
 
 async def drain(admin: Any, result: dict[str, Any], n: int) -> list[str]:
     """Every pre-loaded job completed exactly once by the load, claimed once, and succeeded."""
-    failures: list[str] = []
-    completed: list[int] = result["completed_ids"]
-    distinct = set(completed)
     stored = {row["id"] for row in await admin.fetch("SELECT id FROM jobs")}
+    failures = handled(result["completed_ids"], stored, "completed")
     state = await admin.fetchrow(DRAIN_STATE)
-    if len(distinct) != len(completed):
-        failures.append(f"{len(completed) - len(distinct)} jobs completed more than once")
-    if missing := stored - distinct:
-        failures.append(f"{len(missing)} pre-loaded jobs never completed, e.g. {min(missing)}")
-    if extra := distinct - stored:
-        failures.append(f"{len(extra)} completed ids were never pre-loaded")
     if state["total"] != n:
         failures.append(f"{state['total']} rows in jobs, {n} pre-loaded")
     if state["unfinished"]:

@@ -33,7 +33,7 @@ from pgqueuer import AsyncpgDriver, Job, Queries, QueueManager
 from pgqueuer.domain.settings import db_settings
 from pgqueuer.types import QueueExecutionMode
 
-from bench import baseline, databases
+from bench import baseline, checks, databases
 from bench.baseline import close_all
 from bench.common import JOB_TYPE, Counter, Errors, Meter
 
@@ -236,13 +236,7 @@ class Peer:
             f"(SELECT count(*) FROM {self.log_table} WHERE status = 'queued') AS logged "
             f"FROM {self.queue_table}"
         )
-        if result["jobs"] != n:
-            failures.append(f"{result['jobs']} jobs sent, not {n}")
-        if result["created"] != result["jobs"] or result["created_unique"] != result["created"]:
-            failures.append(
-                f"{result['jobs']} jobs sent, {result['created']} ids answered "
-                f"({result['created_unique']} distinct)"
-            )
+        failures.extend(checks.answered(result, n))
         if state["total"] != result["jobs"] or state["queued"] != state["total"]:
             failures.append(
                 f"{state['total']} rows in {self.queue_table} ({state['queued']} queued) after "
@@ -254,9 +248,7 @@ class Peer:
 
     async def check_drain(self, result: dict[str, Any], preloaded: set[int]) -> list[str]:
         """Each pre-loaded job handled once, picked once, logged successful once; queue empty."""
-        failures: list[str] = []
-        completed: list[int] = result["completed_ids"]
-        distinct = set(completed)
+        failures = checks.handled(result["completed_ids"], preloaded, "handled")
         n = len(preloaded)
         left = await self.admin.fetchval(f"SELECT count(*) FROM {self.queue_table}")
         log = await self.admin.fetchrow(
@@ -266,12 +258,6 @@ class Peer:
             f"count(*) FILTER (WHERE status NOT IN ('queued', 'picked', 'successful')) AS other "
             f"FROM {self.log_table}"
         )
-        if len(distinct) != len(completed):
-            failures.append(f"{len(completed) - len(distinct)} jobs handled more than once")
-        if missing := preloaded - distinct:
-            failures.append(f"{len(missing)} pre-loaded jobs never handled, e.g. {min(missing)}")
-        if extra := distinct - preloaded:
-            failures.append(f"{len(extra)} handled ids were never pre-loaded")
         if left:
             failures.append(f"{left} rows left in {self.queue_table} after the drain")
         if log["successful"] != n or log["successful_unique"] != n:

@@ -28,7 +28,7 @@ from procrastinate import App, JobContext, PsycopgConnector
 from procrastinate.exceptions import ConnectorException
 from procrastinate.types import JSONDict
 
-from bench import databases
+from bench import checks, databases
 from bench.common import JOB_TYPE, Counter, Errors, Meter
 
 VERSION = importlib.metadata.version("procrastinate")
@@ -224,13 +224,7 @@ class ProcrastinatePeer:
         """Every job sent, answered with a distinct id, stored 'todo' with one 'deferred' event."""
         failures: list[str] = []
         state = await self.admin.fetchrow(ENQUEUED)
-        if result["jobs"] != n:
-            failures.append(f"{result['jobs']} jobs sent, not {n}")
-        if result["created"] != result["jobs"] or result["created_unique"] != result["created"]:
-            failures.append(
-                f"{result['jobs']} jobs sent, {result['created']} ids answered "
-                f"({result['created_unique']} distinct)"
-            )
+        failures.extend(checks.answered(result, n))
         if state["total"] != result["jobs"] or state["todo"] != state["total"]:
             failures.append(
                 f"{state['total']} rows in procrastinate_jobs ({state['todo']} todo) after "
@@ -242,17 +236,9 @@ class ProcrastinatePeer:
 
     async def check_drain(self, result: dict[str, Any], preloaded: set[int]) -> list[str]:
         """Each pre-loaded job handled once, started once (one fetch), succeeded on attempt one."""
-        failures: list[str] = []
-        completed: list[int] = result["completed_ids"]
-        distinct = set(completed)
+        failures = checks.handled(result["completed_ids"], preloaded, "handled")
         n = len(preloaded)
         state = await self.admin.fetchrow(DRAINED)
-        if len(distinct) != len(completed):
-            failures.append(f"{len(completed) - len(distinct)} jobs handled more than once")
-        if missing := preloaded - distinct:
-            failures.append(f"{len(missing)} pre-loaded jobs never handled, e.g. {min(missing)}")
-        if extra := distinct - preloaded:
-            failures.append(f"{len(extra)} handled ids were never pre-loaded")
         if state["total"] != n:
             failures.append(f"{state['total']} rows in procrastinate_jobs, {n} pre-loaded")
         if state["unfinished"]:
