@@ -166,6 +166,10 @@ def stack(
                 f"JOBQ_INSTANCE_NAME={name}",
                 "-e",
                 "JOBQ_LOG_FORMAT=json",
+                # An access line per request: the test reads them to see that nginx reached
+                # both instances (the default logs only errors and slow requests).
+                "-e",
+                "JOBQ_LOG_ACCESS=all",
                 image,
                 *services[name].get("command", []),
             )
