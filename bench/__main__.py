@@ -142,6 +142,13 @@ def parser() -> argparse.ArgumentParser:
         help=f"wait for PostgreSQL's statistics before reading commits (default "
         f"{STATS_SETTLE_SECONDS:g}; smoke 0: commits are not read)",
     )
+    p.add_argument(
+        "--batch-answer",
+        choices=("ids", "jobs"),
+        default="ids",
+        help="what jobq's batch enqueues ask for: ids (?answer=ids, the lean answer a producer "
+        "that needs no more asks for; default) or jobs (every job rendered, the full answer)",
+    )
     p.add_argument("--json", type=Path, help="also write every figure to this JSON file")
     p.add_argument(
         "--peers",
@@ -196,6 +203,7 @@ def options_from(args: argparse.Namespace) -> Options:
         ),
         smoke=args.smoke,
         peers=args.peers,
+        batch_answer=args.batch_answer,
         sections=args.only or SECTIONS,
     )
 

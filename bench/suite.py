@@ -99,6 +99,7 @@ class Options:
     chains: int = 0  # workflows a -> b -> c per run of the chain row (bench/composed_suite.py)
     fanins: int = 0  # batches of 100 with a callback per run of the fan-in row
     sections: tuple[str, ...] = ()  # what to run (SECTIONS in bench/__main__.py); empty: all
+    batch_answer: str = "ids"  # what jobq's batch enqueues ask for (?answer=)
 
 
 @dataclass(frozen=True)
@@ -553,6 +554,8 @@ class Suite:
             args |= {"dsn": self.dsn}
         if row.kind == "enqueue":
             args |= {"clients": row.clients, "jobs": n, "batch": row.batch}
+            if target == "jobq":
+                args["answer"] = self.options.batch_answer
         else:
             args |= {"workers": row.clients, "max_jobs": row.max_jobs, "wait_seconds": 0}
         workload = row.kind if target == "jobq" else f"raw-{row.kind}"

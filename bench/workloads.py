@@ -71,6 +71,8 @@ async def post(
 async def enqueue(args: dict[str, Any], meter: Meter, errors: Errors) -> dict[str, Any]:
     """Enqueues ``jobs`` jobs from ``clients`` clients, ``batch`` per request (1: ``POST /v1/jobs``)."""
     queue, batch, keys = args["queue"], int(args["batch"]), int(args.get("keys", 0))
+    lean = args.get("answer", "jobs") == "ids"  # ?answer=ids: only the ids come back
+    batch_path = "/v1/jobs/batch?answer=ids" if lean else "/v1/jobs/batch"
     numbers = Counter(int(args["jobs"]))
     conns = connections(args, int(args["clients"]))
     created: list[int] = []
@@ -83,7 +85,7 @@ async def enqueue(args: dict[str, Any], meter: Meter, errors: Errors) -> dict[st
                 response = await post(conn, "/v1/jobs", job(queue, chunk[0], keys), errors)
             else:
                 body = {"jobs": [job(queue, n, keys) for n in chunk]}
-                response = await post(conn, "/v1/jobs/batch", body, errors)
+                response = await post(conn, batch_path, body, errors)
             requests += 1
             if response is None:
                 continue
@@ -93,6 +95,8 @@ async def enqueue(args: dict[str, Any], meter: Meter, errors: Errors) -> dict[st
             answer = response.json()
             if batch == 1:
                 created.append(answer["id"])
+            elif lean:
+                created.extend(answer["ids"])
             else:
                 created.extend(item["id"] for item in answer["jobs"])
 

@@ -274,6 +274,28 @@ class Client:
         answer = await self._call("POST", "/v1/jobs/batch", json=body, repeatable=True)
         return EnqueuedBatch(answer["jobs"], answer.get("callback"))
 
+    async def enqueue_batch_ids(
+        self,
+        jobs: Sequence[Mapping[str, Any]],
+        *,
+        callback: Callback | Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """:meth:`enqueue_batch` answered leanly: ``{"ids", "created", "callback_id"}``.
+
+        The jobs' ids in the order sent, whether this call created each (``False``: its
+        idempotency key's job existed already), and the callback's id. The service renders no
+        job for it, which makes large batches cheaper for both sides.
+        """
+        body: dict[str, Any] = {"jobs": [self._batch_item(job) for job in jobs]}
+        if callback is not None:
+            body["callback"] = self._batch_item(
+                callback.to_json() if isinstance(callback, Callback) else callback
+            )
+        answer: dict[str, Any] = await self._call(
+            "POST", "/v1/jobs/batch", params={"answer": "ids"}, json=body, repeatable=True
+        )
+        return answer
+
     @staticmethod
     def _batch_item(job: Mapping[str, Any]) -> dict[str, Any]:
         """One batch item as the wire takes it: ``run_at`` as text, ``depends_on`` as a list, a key."""

@@ -5,7 +5,7 @@
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Query, Request, Response, status
 from pydantic import Field
@@ -25,6 +25,7 @@ from app.api.render import job, jobs_response, json_response
 from app.api.schemas import (
     Job,
     JobBatch,
+    BatchIds,
     JobPage,
     TraceParent,
     new_callback,
@@ -179,9 +180,9 @@ def build_router(settings: Settings) -> APIRouter:
     @router.post(
         "/batch",
         status_code=status.HTTP_201_CREATED,
-        response_model=JobBatch,
+        response_model=JobBatch | BatchIds,
         responses={
-            200: {"model": JobBatch, "description": "Every job already existed"},
+            200: {"model": JobBatch | BatchIds, "description": "Every job already existed"},
             422: PROBLEM,
         },
     )
@@ -195,6 +196,14 @@ def build_router(settings: Settings) -> APIRouter:
             Header(alias="Idempotency-Key", include_in_schema=False),
         ] = None,
         traceparent: TraceParent = None,
+        answer: Annotated[
+            Literal["jobs", "ids"],
+            Query(
+                description="jobs: every job as GET /v1/jobs/{id} shows it (JobBatch); ids: only "
+                "their ids and whether each was created (BatchIds), for producers that need no "
+                "more: the service then renders nothing per job."
+            ),
+        ] = "jobs",
     ) -> Response:
         """Enqueues many jobs in one transaction, all or nothing; answers the jobs in order.
 
@@ -265,6 +274,16 @@ def build_router(settings: Settings) -> APIRouter:
             )
             span.messages([row.id for row, _ in answered])
         any_created = any(created for _, created in answered)
+        if answer == "ids":
+            batch = answered if body.callback is None else answered[:-1]
+            return json_response(
+                {
+                    "ids": [row.id for row, _ in batch],
+                    "created": [created for _, created in batch],
+                    "callback_id": answered[-1][0].id if body.callback is not None else None,
+                },
+                status_code=201 if any_created else 200,
+            )
         rows = [row for row, _ in answered]
         if body.callback is None:
             return jobs_response(rows, status_code=201 if any_created else 200)

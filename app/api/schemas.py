@@ -362,6 +362,19 @@ class JobBatch(BaseModel):
     )
 
 
+class BatchIds(BaseModel):
+    """A batch's lean answer (``?answer=ids``): the jobs' ids in the order they were sent."""
+
+    ids: list[int]
+    created: list[bool] = Field(
+        description="Per job, whether this call created it (false: its idempotency key's job "
+        "already existed and is answered as it is)."
+    )
+    callback_id: int | None = Field(
+        default=None, description="The batch's callback job's id, when the batch named one."
+    )
+
+
 class JobPage(BaseModel):
     """One page of a job listing, newest first; pass ``next_cursor`` as ``after`` for the next."""
 

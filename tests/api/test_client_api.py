@@ -86,3 +86,34 @@ async def test_error_answers_raise_jobq_error_with_the_services_problem(
         with pytest.raises(JobqError) as bad_claim:
             await client.claim("w", [], max_jobs=1)
         assert bad_claim.value.status == 422
+
+
+async def test_a_batch_answered_by_ids_names_each_job_and_whether_this_call_made_it(
+    database_url: str, clean_db: AsyncEngine
+) -> None:
+    async with running_service(database_url) as service, service.client() as client:
+        first = await client.enqueue_batch_ids(
+            [
+                {"type": "t", "payload": 1, "queue": "lean", "idempotency_key": "lean-1"},
+                {"type": "t", "payload": 2, "queue": "lean"},
+            ],
+            callback={"type": "after", "queue": "lean"},
+        )
+        again = await client.enqueue_batch_ids(
+            [
+                {"type": "t", "payload": 1, "queue": "lean", "idempotency_key": "lean-1"},
+                {"type": "t", "payload": 3, "queue": "lean"},
+            ]
+        )
+        jobs = [await client.get_job(job_id) for job_id in first["ids"]]
+        callback = await client.get_job(first["callback_id"])
+        with pytest.raises(JobqError) as refused:
+            await client._call("POST", "/v1/jobs/batch", params={"answer": "all"}, json={})
+
+    assert set(first) == {"ids", "created", "callback_id"}
+    assert [job["payload"] for job in jobs] == [1, 2] and first["created"] == [True, True]
+    assert callback["type"] == "after" and callback["depends_on"] == first["ids"]
+    assert again["ids"][0] == first["ids"][0] and again["created"] == [False, True]
+    assert again["callback_id"] is None and again["ids"][1] not in first["ids"]
+    assert refused.value.status == 422
+    assert any("answer" in e["field"] for e in refused.value.errors), refused.value.problem
