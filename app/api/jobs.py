@@ -23,9 +23,9 @@ from app.api.filters import (
 )
 from app.api.render import job, jobs_response, json_response
 from app.api.schemas import (
+    BatchIds,
     Job,
     JobBatch,
-    BatchIds,
     JobPage,
     TraceParent,
     new_callback,
