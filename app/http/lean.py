@@ -6,14 +6,14 @@ keeps everything FastAPI derives from the endpoint's signature (the OpenAPI docu
 request model, the status codes) but answers requests with a handler built once per route:
 the caller is settled first by the route's :class:`~app.http.strict_json.Gate` (before the body
 is read); the body is parsed by :func:`parse_strict_json` and validated by the request model's
-own pydantic-core validator; declared headers are read and validated the same way; a dependency
+own pydantic-core validator; declared headers and query parameters are read and validated the same way; a dependency
 that needs only the request (the service, say) is called with it. Errors are the same
 ``RequestValidationError`` FastAPI raises, with the same locations, so clients see no difference.
 Nothing here knows the routes' service or keys: the routes hand both in through their
 dependencies, so this package sits below app/api.
 
-Endpoints whose parameters are anything else (path or query parameters, other dependencies)
-are served by FastAPI's own handler.
+Endpoints whose parameters are anything else (path parameters, other dependencies) are served
+by FastAPI's own handler.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 
 from fastapi import Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.params import Depends, Header
+from fastapi.params import Depends, Header, Query
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from app.http.strict_json import Gate, StrictJSONRoute, is_json, json_depth, parse_strict_json
@@ -37,9 +37,9 @@ Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 @dataclass(frozen=True)
 class _Parameter:
     name: str
-    kind: str  # "body", "dependency", "request", "header" or "caller"
+    kind: str  # "body", "dependency", "request", "header", "query" or "caller"
     adapter: TypeAdapter[Any] | None = None
-    header: str | None = None
+    header: str | None = None  # the header's or query parameter's name
     default: Any = None
     call: Any = None  # the gate of a "caller", the function of a "dependency"
 
@@ -78,6 +78,10 @@ def _plan(endpoint: Callable[..., Awaitable[Any]]) -> list[_Parameter] | None:
             alias: str = headers[0].alias or name.replace("_", "-")
             default = None if parameter.default is inspect.Parameter.empty else parameter.default
             plan.append(_Parameter(name, "header", TypeAdapter(hint), alias, default))
+        elif queries := [e for e in extras if isinstance(e, Query)]:
+            alias = queries[0].alias or name
+            default = None if parameter.default is inspect.Parameter.empty else parameter.default
+            plan.append(_Parameter(name, "query", TypeAdapter(hint), alias, default))
         elif isinstance(base, type) and issubclass(base, BaseModel) and not extras:
             bodies += 1
             plan.append(_Parameter(name, "body", TypeAdapter(base)))
@@ -128,6 +132,12 @@ def lean_handler(route: StrictJSONRoute) -> Handler | None:
                 arguments[parameter.name] = request
             elif parameter.kind == "caller":
                 pass  # settled above
+            elif parameter.kind == "query":
+                value = request.query_params.get(parameter.header or "", parameter.default)
+                try:
+                    arguments[parameter.name] = parameter.adapter.validate_python(value)  # type: ignore[union-attr]
+                except ValidationError as error:
+                    raise _errors(error, "query", parameter.header or "") from None
             else:
                 value = request.headers.get(parameter.header or "", parameter.default)
                 try:
