@@ -1,0 +1,3 @@
+module github.com/jobq/jobq/clients/go
+
+go 1.19
