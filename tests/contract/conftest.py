@@ -33,7 +33,7 @@ SERVICE_ENV = {
 
 
 @pytest.fixture(scope="session")
-def driver_argvs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
+def driver_argvs() -> dict[str, list[str]]:
     """Each client's driver argv, built the first time a test asks for it."""
     return {}
 
