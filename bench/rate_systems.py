@@ -129,7 +129,9 @@ class JobqSystem:
         """
         for attempt in range(1, TRUNCATE_ATTEMPTS + 1):
             try:
-                await self.admin.execute("TRUNCATE jobs, queues, flow_limits, flow_state")
+                await self.admin.execute(
+                    "TRUNCATE jobs, queues, flow_limits, flow_state, flow_released"
+                )
             except asyncpg.DeadlockDetectedError:
                 if attempt == TRUNCATE_ATTEMPTS:
                     raise

@@ -312,7 +312,7 @@ class Suite:
 
     async def truncate(self) -> None:
         """Empties the queue tables (a trigger clears the counters)."""
-        await self.admin.execute("TRUNCATE jobs, queues, flow_limits, flow_state")
+        await self.admin.execute("TRUNCATE jobs, queues, flow_limits, flow_state, flow_released")
 
     async def check_pg_stat_statements(self) -> None:
         """Makes ``pg_stat_statements`` usable here, or records why it is not."""

@@ -113,7 +113,7 @@ async def clean_db(engine: AsyncEngine) -> AsyncEngine:
     async with engine.begin() as conn:
         await conn.execute(
             text(
-                "TRUNCATE jobs, queues, api_keys, audit_log, flow_limits, flow_state, schedules, workers, "
+                "TRUNCATE jobs, queues, api_keys, audit_log, flow_limits, flow_state, flow_released, schedules, workers, "
                 "workflows, ordering_keys, webhook_deliveries "
                 "RESTART IDENTITY"
             )

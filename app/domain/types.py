@@ -123,8 +123,9 @@ class ClaimOutcome:
     by_slot: list[Job | None]
     # Limited flow_state rows the statement needed but found missing: create them, claim again.
     flow_missing: tuple[str, ...] = ()
-    # How many keys' flow_state rows other transactions held (their jobs were skipped).
-    flow_skipped: int = 0
+    # The keys whose flow_state rows other transactions held (their jobs were skipped): a claim
+    # again waits for them (flow_state_lock) rather than skipping them once more.
+    flow_skipped: tuple[str, ...] = ()
     # How many candidates a limit refused; their rows now say they are full, so a claim again
     # passes over them to the next eligible jobs.
     flow_refused: int = 0

@@ -455,11 +455,12 @@ schedules = Table(
 
 # The tables kept in modules of their own, registered on the same metadata (what Alembic diffs).
 from app.models.composing import ordering_keys, workflows  # noqa: E402
-from app.models.flow import flow_limits, flow_state  # noqa: E402
+from app.models.flow import flow_limits, flow_released, flow_state  # noqa: E402
 from app.models.webhooks import webhook_deliveries  # noqa: E402
 
 __all__ = [
     "flow_limits",
+    "flow_released",
     "flow_state",
     "metadata",
     "ordering_keys",

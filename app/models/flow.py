@@ -71,3 +71,15 @@ flow_state = Table(
         postgresql_where=text("blocked_until IS NOT NULL"),
     ),
 )
+
+# Running slots given back (migration 0023): a job leaving running appends a row per key instead
+# of locking the key's flow_state row, so releases never wait for claims. The claim that next
+# locks the row deletes its rows and counts running - released; view flow_running sums the rest.
+flow_released = Table(
+    "flow_released",
+    metadata,
+    Column("key", Text, nullable=False),
+    Column("n", Integer, nullable=False),
+    CheckConstraint("n > 0", name="n"),
+    Index("ix_flow_released_key", "key"),
+)

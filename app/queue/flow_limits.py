@@ -124,10 +124,12 @@ class LimitsService:
         idle_seconds: float = FLOW_IDLE_SECONDS,
         now: datetime | None = None,
     ) -> int:
-        """Deletes at most ``batch_size`` idle flow_state rows; answers how many."""
+        """Folds the slots given back to at most ``batch_size`` keys that no claim folded, then
+        deletes at most ``batch_size`` idle flow_state rows; answers how many rows it deleted."""
 
         async for attempt in self.unit.ops():
             async with attempt as conn:
+                await self.stores.flow_limits.flow_released_fold(conn, batch_size=batch_size)
                 pruned = await self.stores.flow_limits.flow_state_prune(
                     conn, batch_size=batch_size, idle_seconds=idle_seconds, now=now
                 )

@@ -306,16 +306,22 @@ class JobService:
         which locks nothing else); when it skipped keys whose rows other transactions held,
         refused jobs over a limit (their rows now say so, and the next statement passes over
         them), or created rows, the slots left empty are claimed again, up to FLOW_TRIES
-        statements in all.
+        statements in all. The last claim again after skipped keys first waits for their rows, in
+        the same transaction: skipping them every time could leave every claim of a busy set of
+        keys empty-handed while their jobs wait (seen: 16 workers claiming 50 jobs of 20 keys
+        stopped with 1,100 jobs pending). Waiting on every try serialised those claims more.
         """
         by_slot: list[Job | None] = [None] * len(slots)
         empty = list(range(len(slots)))
-        for _ in range(FLOW_TRIES):
+        held: tuple[str, ...] = ()
+        for tries_left in reversed(range(FLOW_TRIES)):
             limited = self._flow_active
             asked = [slots[i] for i in empty]
 
             self.unit.statements["claim"] += 1
-            outcome = await self._claim_statement(queues, asked, limited=limited)
+            outcome = await self._claim_statement(queues, asked, limited=limited, held=held)
+            # Skipping held rows again is cheaper while tries are left; the last one waits.
+            held = outcome.flow_skipped if tries_left == 1 else ()
             self._flow_noted(queues, outcome)
             for i, row in zip(empty, outcome.by_slot, strict=True):
                 by_slot[i] = row
@@ -335,11 +341,20 @@ class JobService:
         return by_slot
 
     async def _claim_statement(
-        self, queues: tuple[str, ...], slots: Sequence[ClaimSlot], *, limited: bool
+        self,
+        queues: tuple[str, ...],
+        slots: Sequence[ClaimSlot],
+        *,
+        limited: bool,
+        held: Sequence[str] = (),
     ) -> ClaimOutcome:
-        """One claim statement in a unit of its own: the lean one, or the one within the limits."""
-        async for attempt in self.unit.hot():
+        """One claim statement in a unit of its own: the lean one, or the one within the limits;
+        after waiting for the ``held`` flow_state rows in the same transaction when named (the
+        claim's own locks never make it skip)."""
+        async for attempt in self.unit.hot(transaction=bool(held)):
             async with attempt as conn:
+                if held:
+                    await self.stores.flow_limits.flow_state_lock(conn, keys=held)
                 outcome = await self._claim_on(conn, queues, slots, limited=limited)
         return outcome
 

@@ -66,6 +66,17 @@ class FlowLimitStore:
         )
         return len(rows)
 
+    async def flow_released_fold(self, conn: Conn, *, batch_size: int) -> int:
+        """Folds the given-back slots of at most ``batch_size`` keys no claim holds into their
+        rows; answers how many keys."""
+        rows = await conn.fetch("flow_released_fold", {"batch_size": batch_size})
+        return len(rows)
+
+    async def flow_state_lock(self, conn: Conn, *, keys: Sequence[str]) -> None:
+        """Locks these flow_state rows in key order, waiting for their holders (in the caller's
+        transaction: the claim that follows takes their jobs)."""
+        await conn.fetch("flow_state_lock", {"keys": list(keys)})
+
     async def flow_state_create(self, conn: Conn, *, keys: Sequence[str]) -> None:
         """Creates the flow_state rows a claim found missing (idle: nothing running, full buckets)."""
         await conn.fetch("flow_state_create", {"keys": list(keys)})

@@ -196,7 +196,7 @@ class JobStore:
         return ClaimOutcome(
             by_slot=by_slot,
             flow_missing=tuple(report.get("flow_missing") or ()),
-            flow_skipped=int(report.get("flow_skipped") or 0),
+            flow_skipped=tuple(report.get("flow_skipped") or ()),
             flow_refused=int(report.get("flow_refused") or 0),
             flow_refill_seconds=report.get("flow_refill_seconds"),
             flow_active=bool(report.get("flow_active")),

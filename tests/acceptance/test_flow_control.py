@@ -130,7 +130,7 @@ async def test_no_key_ever_runs_more_than_its_limit_across_two_instances(
         states = dict(
             (await conn.execute(text("SELECT status, count(*) FROM jobs GROUP BY 1"))).all()
         )
-        held = await conn.scalar(text("SELECT COALESCE(sum(running), 0) FROM flow_state"))
+        held = await conn.scalar(text("SELECT COALESCE(sum(running), 0) FROM flow_running"))
     assert states == {"succeeded": JOBS}
     assert held == 0, "every running slot was given back"
     assert samples > 20, "the sampler saw the run"

@@ -146,7 +146,7 @@ async def _reset(database_url: str) -> str:
         async with engine.begin() as conn:
             await conn.execute(
                 text(
-                    "TRUNCATE jobs, queues, api_keys, schedules, flow_limits, flow_state, workers RESTART IDENTITY"
+                    "TRUNCATE jobs, queues, api_keys, schedules, flow_limits, flow_state, flow_released, workers RESTART IDENTITY"
                 )
             )
             return await store.create_key(conn, name="schemathesis", role=Role.ADMIN, queues=None)
@@ -160,7 +160,7 @@ async def _empty(database_url: str) -> None:
         async with engine.begin() as conn:
             await conn.execute(
                 text(
-                    "TRUNCATE jobs, queues, api_keys, schedules, flow_limits, flow_state, workers RESTART IDENTITY"
+                    "TRUNCATE jobs, queues, api_keys, schedules, flow_limits, flow_state, flow_released, workers RESTART IDENTITY"
                 )
             )
     finally:

@@ -76,7 +76,7 @@ async def test_cancel_and_the_reaper_free_slots(
     assert after["id"] == jobs[2]["id"]
     async with clean_db.connect() as conn:
         running = await conn.scalar(
-            text("SELECT running FROM flow_state WHERE key = 'key:default|k'")
+            text("SELECT running FROM flow_running WHERE key = 'key:default|k'")
         )
     assert running == 1
 

@@ -99,7 +99,7 @@ async def test_concurrent_claims_and_releases_never_exceed_a_limit(
     assert highest <= MAX_RUNNING
     assert highest == MAX_RUNNING, "the limit was reached, so it was tested"
     async with clean_db.connect() as conn:
-        held = dict((await conn.execute(text("SELECT key, running FROM flow_state"))).all())
+        held = dict((await conn.execute(text("SELECT key, running FROM flow_running"))).all())
     assert held == {f"key:default|k{k}": 0 for k in range(KEYS)}
 
 
@@ -112,12 +112,12 @@ async def test_deleting_or_truncating_running_jobs_gives_their_slots_back(
     assert len(rows) == 4
     async with clean_db.begin() as conn:
         assert (
-            await conn.scalar(text("SELECT running FROM flow_state WHERE key = 'key:default|k'"))
+            await conn.scalar(text("SELECT running FROM flow_running WHERE key = 'key:default|k'"))
             == 4
         )
         await conn.execute(text("DELETE FROM jobs WHERE id = :id"), {"id": rows[0].id})
         assert (
-            await conn.scalar(text("SELECT running FROM flow_state WHERE key = 'key:default|k'"))
+            await conn.scalar(text("SELECT running FROM flow_running WHERE key = 'key:default|k'"))
             == 3
         )
         await conn.execute(text("TRUNCATE jobs"))
@@ -172,3 +172,86 @@ async def test_a_rate_limit_refills_from_the_database_clock(
         len(await svc.jobs.claim(worker_id="w", queues=["default"], max_jobs=5, lease_seconds=30))
         == 1
     )
+
+
+async def wait_for_lock_waiter(engine: AsyncEngine, deadline_seconds: float = 30) -> None:
+    """Polls until some backend waits on a heavyweight lock (a row lock's transaction)."""
+    async with asyncio.timeout(deadline_seconds), engine.connect() as conn:
+        while not await conn.scalar(
+            text(
+                "SELECT EXISTS (SELECT 1 FROM pg_stat_activity "
+                "WHERE wait_event_type = 'Lock' AND datname = current_database())"
+            )
+        ):
+            await conn.rollback()  # a fresh snapshot of the activity view each time
+            await asyncio.sleep(0.01)
+
+
+async def test_a_release_gives_slots_back_without_waiting_for_the_key_row(
+    clean_db: AsyncEngine, svc: Services
+) -> None:
+    await limit(clean_db, "k", max_running=5)
+    await seed_jobs(clean_db, 3, concurrency_key="k")
+    rows = await svc.jobs.claim(worker_id="w", queues=["default"], max_jobs=3, lease_seconds=30)
+    assert len(rows) == 3
+    async with clean_db.connect() as holder:
+        # Another transaction (a claim, say) holds the key's row until its commit.
+        await holder.execute(
+            text("SELECT 1 FROM flow_state WHERE key = 'key:default|k' FOR UPDATE")
+        )
+        # Completes no longer lock the row: they append to the journal and answer at once.
+        async with asyncio.timeout(10):
+            verdicts = await svc.jobs.complete(
+                worker_id="w",
+                items=[LeaseUpdate(job_id=r.id, lease_id=str(r.lease_id)) for r in rows[:2]],
+            )
+        assert [v.ok for v in verdicts] == [True, True]
+        await holder.rollback()
+    async with clean_db.connect() as conn:
+        state = (
+            await conn.execute(
+                text(
+                    "SELECT f.running, v.running, (SELECT sum(n) FROM flow_released) "
+                    "FROM flow_state f JOIN flow_running v USING (key)"
+                )
+            )
+        ).one()
+    assert tuple(state) == (3, 1, 2), "the row still counts 3, the journal gives 2 back"
+    # The next claim that locks the row folds the journal into it, then counts from there.
+    await seed_jobs(clean_db, 1, concurrency_key="k")
+    [more] = await svc.jobs.claim(worker_id="w", queues=["default"], max_jobs=1, lease_seconds=30)
+    assert more.concurrency_key == "k"
+    async with clean_db.connect() as conn:
+        running = await conn.scalar(text("SELECT running FROM flow_state"))
+        journal = await conn.scalar(text("SELECT count(*) FROM flow_released"))
+    assert (running, journal) == (2, 0)
+
+
+async def test_a_claim_again_waits_for_key_rows_others_hold_instead_of_giving_up(
+    clean_db: AsyncEngine, svc: Services
+) -> None:
+    await limit(clean_db, "k", max_running=5)
+    await seed_jobs(clean_db, 1, concurrency_key="other")
+    await seed_jobs(clean_db, 1, concurrency_key="k")
+    # Make the key's row exist, then hold it as a concurrent claim would.
+    first = await svc.jobs.claim(worker_id="w", queues=["default"], max_jobs=1, lease_seconds=30)
+    assert [r.concurrency_key for r in first] == ["other"], "no limit on 'other': taken first"
+    async with clean_db.connect() as setup:
+        await setup.execute(
+            text("INSERT INTO flow_state (key) VALUES ('key:default|k') ON CONFLICT DO NOTHING")
+        )
+        await setup.commit()
+    async with clean_db.connect() as holder:
+        await holder.execute(
+            text("SELECT 1 FROM flow_state WHERE key = 'key:default|k' FOR UPDATE")
+        )
+        claim = asyncio.create_task(
+            svc.jobs.claim(worker_id="w", queues=["default"], max_jobs=1, lease_seconds=30)
+        )
+        # The first statement skips the held row; the claim again waits for it.
+        await wait_for_lock_waiter(clean_db)
+        assert not claim.done()
+        await holder.commit()
+    async with asyncio.timeout(30):
+        [taken] = await claim
+    assert taken.concurrency_key == "k"

@@ -16,7 +16,7 @@ WITH busy AS (
            CASE WHEN starts_with(f.key, 'queue:') THEN substr(f.key, 7)
                 WHEN strpos(f.key, '|') > 0 THEN substr(f.key, strpos(f.key, '|') + 1)
                 ELSE substr(f.key, 5) END AS name
-    FROM flow_state f
+    FROM flow_running f
     WHERE f.running > 0
 ),
 governed AS (
@@ -46,7 +46,9 @@ WITH blocked AS (
     FROM flow_state f
     -- Both partial indexes of flow_state: only rows that hold jobs back are read. Key rows of
     -- releases before 0014 ("key:<concurrency_key>") name no queue: left out.
-    WHERE (f.at_limit OR f.blocked_until > now())
+    -- A full row with slots given back since (flow_released) is not full any more.
+    WHERE ((f.at_limit AND NOT EXISTS (SELECT 1 FROM flow_released r WHERE r.key = f.key))
+           OR f.blocked_until > now())
       AND (starts_with(f.key, 'queue:') OR strpos(f.key, '|') > 0)
 ),
 counted AS (
@@ -81,14 +83,22 @@ WITH upserted AS (
         updated_at = now()
     RETURNING l.*, (xmax = 0) AS created
 ),
-hints AS (
-    UPDATE flow_state f
-    SET max_running = NULL, rate_limit = NULL, rate_per_seconds = NULL, blocked_until = NULL
+covered AS (
+    -- Locked in key order first, as a claim that waits for rows locks them (flow_state_lock),
+    -- so the two never deadlock.
+    SELECT f.key FROM flow_state f
     WHERE CASE WHEN CAST(:scope AS text) = 'queue'
                THEN f.key LIKE 'queue:' || CAST(:like_pattern AS text)
                ELSE starts_with(f.key, 'key:')
                     AND substr(f.key, strpos(f.key, '|') + 1) LIKE CAST(:like_pattern AS text)
           END
+    ORDER BY f.key
+    FOR UPDATE
+),
+hints AS (
+    UPDATE flow_state f
+    SET max_running = NULL, rate_limit = NULL, rate_per_seconds = NULL, blocked_until = NULL
+    WHERE f.key IN (SELECT key FROM covered)
 )
 SELECT * FROM upserted;
 
@@ -97,15 +107,21 @@ SELECT * FROM upserted;
 WITH deleted AS (
     DELETE FROM flow_limits WHERE id = :id RETURNING *
 ),
-hints AS (
-    UPDATE flow_state f
-    SET max_running = NULL, rate_limit = NULL, rate_per_seconds = NULL, blocked_until = NULL
-    FROM deleted d
+covered AS (
+    -- In key order, as flow_limit_set locks them.
+    SELECT f.key FROM flow_state f, deleted d
     WHERE CASE WHEN d.scope = 'queue'
                THEN f.key LIKE 'queue:' || d.like_pattern
                ELSE starts_with(f.key, 'key:')
                     AND substr(f.key, strpos(f.key, '|') + 1) LIKE d.like_pattern
           END
+    ORDER BY f.key
+    FOR UPDATE OF f
+),
+hints AS (
+    UPDATE flow_state f
+    SET max_running = NULL, rate_limit = NULL, rate_per_seconds = NULL, blocked_until = NULL
+    WHERE f.key IN (SELECT key FROM covered)
 )
 SELECT * FROM deleted;
 
@@ -125,6 +141,30 @@ DELETE FROM flow_state f
 USING idle
 WHERE f.key = idle.key AND f.running = 0
 RETURNING f.key;
+
+-- name: flow_released_fold
+-- Folds the given-back slots of at most :batch_size keys into their flow_state rows (those no claim holds now: a claim folds its own), so the journal stays small where no claim comes; answers the keys folded.
+WITH keys AS (
+    SELECT f.key FROM flow_state f
+    WHERE f.key IN (SELECT DISTINCT r.key FROM flow_released r LIMIT :batch_size)
+    ORDER BY f.key
+    FOR UPDATE SKIP LOCKED
+),
+released AS (
+    DELETE FROM flow_released r WHERE r.key IN (SELECT key FROM keys) RETURNING r.key, r.n
+)
+UPDATE flow_state f
+SET running = GREATEST(f.running - s.n, 0), updated_at = now()
+FROM (SELECT key, sum(n)::int AS n FROM released GROUP BY key) s
+WHERE f.key = s.key
+RETURNING f.key;
+
+-- name: flow_state_lock
+-- Locks the given flow_state rows in key order, waiting for the transactions that hold them: a claim that found them held runs after this, in the same transaction, so it takes their jobs instead of skipping them again.
+SELECT f.key FROM flow_state f
+WHERE f.key = ANY (CAST(:keys AS text[]))
+ORDER BY f.key
+FOR UPDATE;
 
 -- name: flow_state_create
 -- Creates the flow_state rows a claim found missing, in key order, as idle rows (nothing running, a full bucket); rows that exist by now are left alone.

@@ -206,13 +206,16 @@ FROM (SELECT 1) one LEFT JOIN claimed c ON true;
 -- a row created empty) gets it written back, so whatever the hints said, the caller's next
 -- statement passes over the jobs refused here.
 -- The last row may carry no job (slot NULL): it reports flow_missing, limited rows that do not
--- exist yet (the caller creates them and claims again), flow_skipped, how many keys' rows were
--- held by others, flow_refused, how many candidates a limit refused (for both the caller claims
+-- exist yet (the caller creates them and claims again), flow_skipped, the keys whose rows were
+-- held by others (the caller claims again, waiting for them), flow_refused, how many candidates a limit refused (for both the caller claims
 -- its empty slots again), flow_refill_seconds, when the first
 -- empty bucket gets a token back, and flow_active, whether any limit exists.
 WITH blocked AS MATERIALIZED (
     -- Through two partial indexes that hold only such rows, however many keys there are.
-    SELECT f.key, CAST(NULL AS float8) AS refill_seconds FROM flow_state f WHERE f.at_limit
+    -- A full row with slots given back since (flow_released) is not full: the claim that locks
+    -- it folds them.
+    SELECT f.key, CAST(NULL AS float8) AS refill_seconds FROM flow_state f
+    WHERE f.at_limit AND NOT EXISTS (SELECT 1 FROM flow_released r WHERE r.key = f.key)
     UNION ALL
     SELECT f.key, EXTRACT(EPOCH FROM f.blocked_until - now())::float8
     FROM flow_state f
@@ -312,11 +315,23 @@ locked AS (
     UNION ALL
     SELECT * FROM key_rows
 ),
+released AS MATERIALIZED (
+    -- Slots given back since the last fold (migration 0023), folded now that the rows are
+    -- locked: exactly the journal rows this statement deletes (one another claim folded first
+    -- is gone, not counted twice); releases not yet committed stay, counted as running.
+    DELETE FROM flow_released r
+    WHERE r.key IN (SELECT key FROM locked)
+    RETURNING r.key, r.n
+),
+freed AS MATERIALIZED (
+    SELECT key, sum(n)::int AS n FROM released GROUP BY key
+),
 room AS MATERIALIZED (
     -- What each locked row can give now: running slots left, tokens after the refill (the bucket
     -- holds at most rate_limit; a row new to its rate starts full).
     SELECT f.key, lim.max_running, lim.rate_limit, lim.rate_per_seconds,
-           lim.max_running - f.running AS slots,
+           GREATEST(f.running - COALESCE(fr.n, 0), 0) AS running,
+           lim.max_running - GREATEST(f.running - COALESCE(fr.n, 0), 0) AS slots,
            LEAST(lim.rate_limit::float8,
                  COALESCE(f.tokens, lim.rate_limit::float8)
                  + EXTRACT(EPOCH FROM now() - f.refilled_at)::float8
@@ -324,6 +339,7 @@ room AS MATERIALIZED (
     FROM locked f
     JOIN (SELECT DISTINCT key, max_running, rate_limit, rate_per_seconds FROM needs) lim
       ON lim.key = f.key
+    LEFT JOIN freed fr ON fr.key = f.key
 ),
 eligible AS (
     SELECT p.id, p.priority, p.run_at
@@ -369,9 +385,11 @@ flow_taken AS (
     -- stale: a limit set again, or a bucket emptied without a grant. Writing the hints back is
     -- what lets the caller's next claim pass over a full key's jobs before it locks them.
     UPDATE flow_state f
-    -- running is counted by the trigger on jobs (migration 0011) from the claimed rows' flow_keys,
-    -- at the end of this statement, while it still holds these rows' locks.
-    SET tokens = CASE WHEN r.rate_limit IS NULL THEN NULL ELSE r.tokens - t.n END,
+    -- running is written here less the slots folded from the journal; the slots this claim
+    -- takes are added by the trigger on jobs (migrations 0011, 0023) from the claimed rows'
+    -- flow_keys, at the end of this statement, while it still holds these rows' locks.
+    SET running = r.running,
+        tokens = CASE WHEN r.rate_limit IS NULL THEN NULL ELSE r.tokens - t.n END,
         blocked_until = CASE WHEN r.tokens - t.n < 1 THEN
             now() + make_interval(secs => (1 - (r.tokens - t.n)) * r.rate_per_seconds
                                           / r.rate_limit) END,
@@ -386,6 +404,7 @@ flow_taken AS (
           GROUP BY n.key) t ON t.key = r.key
     WHERE f.key = r.key
       AND (t.n > 0
+           OR f.running <> r.running
            OR f.max_running IS DISTINCT FROM r.max_running
            OR f.rate_limit IS DISTINCT FROM r.rate_limit
            OR f.rate_per_seconds IS DISTINCT FROM r.rate_per_seconds
@@ -407,9 +426,9 @@ report AS (
     SELECT (SELECT array_agg(DISTINCT n.key) FROM needs n
             WHERE NOT EXISTS (SELECT 1 FROM locked f WHERE f.key = n.key)
               AND NOT EXISTS (SELECT 1 FROM flow_state f WHERE f.key = n.key)) AS flow_missing,
-           (SELECT count(DISTINCT n.key) FROM needs n
+           (SELECT array_agg(DISTINCT n.key) FROM needs n
             WHERE NOT EXISTS (SELECT 1 FROM locked f WHERE f.key = n.key)
-              AND EXISTS (SELECT 1 FROM flow_state f WHERE f.key = n.key))::int AS flow_skipped,
+              AND EXISTS (SELECT 1 FROM flow_state f WHERE f.key = n.key)) AS flow_skipped,
            -- Candidates a limit refused (all their rows locked): their rows now say so, so a
            -- claim again passes over them to the next eligible jobs.
            (SELECT count(*) FROM picked p
