@@ -137,6 +137,12 @@ def parser() -> argparse.ArgumentParser:
         help=f"comma-separated sections to run, of: {','.join(SECTIONS)} (default: all)",
     )
     p.add_argument(
+        "--rows",
+        type=row_keys,
+        help="comma-separated keys of the table's rows to run (e.g. drain_16_max50,"
+        "drain_16_max50_keys; default: all)",
+    )
+    p.add_argument(
         "--settle-seconds",
         type=float,
         help=f"wait for PostgreSQL's statistics before reading commits (default "
@@ -169,6 +175,19 @@ def sections(text: str) -> tuple[str, ...]:
     if not named:
         raise argparse.ArgumentTypeError("name at least one section")
     return tuple(name for name in SECTIONS if name in named)
+
+
+def row_keys(text: str) -> tuple[str, ...]:
+    """``--rows``' value: keys of the table's rows, in the table's order."""
+    named = {name.strip() for name in text.split(",") if name.strip()}
+    known = [row.key for row in ROWS]
+    if unknown := named - set(known):
+        raise argparse.ArgumentTypeError(
+            f"unknown row(s) {', '.join(sorted(unknown))}; choose from {', '.join(known)}"
+        )
+    if not named:
+        raise argparse.ArgumentTypeError("name at least one row")
+    return tuple(key for key in known if key in named)
 
 
 PEERS = {"pgqueuer": "PGQueuer", "procrastinate": "Procrastinate"}  # package: name
@@ -471,6 +490,8 @@ async def run(url: str, server: str, args: argparse.Namespace, started: float) -
             print_settings(settings)
             rows = []
             for row in ROWS if "rows" in chosen else ():
+                if args.rows and row.key not in args.rows:
+                    continue
                 print(f"{row.label}:", flush=True)
                 rows.append(await suite.run_row(row))
             composed = []
