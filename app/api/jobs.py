@@ -33,6 +33,7 @@ from app.api.schemas import (
 )
 from app.api.webhook_models import callback_url_type, require_signing
 from app.auth.keys import Permission, Principal
+from app.domain.records import Job as JobRow
 from app.domain.states import BulkAction, JobState
 from app.errors import PROBLEM, IdempotencyKeyReused, InvalidInput
 from app.http import tracing
@@ -264,13 +265,15 @@ def build_router(settings: Settings) -> APIRouter:
                 )
             ),
         ):
-            answered = await services.jobs.enqueue(
+            # The ids answer needs only the created jobs' heads (job_enqueue_ids).
+            answered = await services.jobs.enqueue_heads(
                 [new_job(j, traceparent=span.traceparent, key_id=caller.key_id) for j in body.jobs],
                 callback=new_callback(
                     body.callback, traceparent=span.traceparent, key_id=caller.key_id
                 )
                 if body.callback is not None
                 else None,
+                heads=answer == "ids",
             )
             span.messages([row.id for row, _ in answered])
         any_created = any(created for _, created in answered)
@@ -284,7 +287,7 @@ def build_router(settings: Settings) -> APIRouter:
                 },
                 status_code=201 if any_created else 200,
             )
-        rows = [row for row, _ in answered]
+        rows = [row for row, _ in answered if isinstance(row, JobRow)]  # all: no heads
         if body.callback is None:
             return jobs_response(rows, status_code=201 if any_created else 200)
         return jobs_response(

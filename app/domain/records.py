@@ -77,6 +77,16 @@ class Record:
 
 
 @dataclass(slots=True)
+class JobHead(Record):
+    """What a created job's lean enqueue answers: enough to answer its id and announce it."""
+
+    id: int
+    queue: str
+    type: str
+    status: str
+
+
+@dataclass(slots=True)
 class Job(Record):
     """One row of ``jobs``: every column, in the table's order."""
 

@@ -13,10 +13,10 @@ import asyncio
 import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from app.domain.bounds import valid_id
-from app.domain.records import Job
+from app.domain.records import Job, JobHead
 from app.domain.states import JobStatus
 from app.domain.types import (
     ClaimOutcome,
@@ -33,6 +33,8 @@ from app.errors import DatabaseUnavailable, IdempotencyKeyReused, InvalidTransit
 from app.queue.coalesce import Coalescer
 from app.queue.events import Events, claimed_events, lease_events
 from app.queue.linked import ParentReader, ParentResultBounds, linked, ordering_keys_of
+from app.queue.replays import Retry as _Retry
+from app.queue.replays import answer_enqueue
 from app.queue.waiters import WaiterHub, wait_either
 from app.store import Stores
 from app.store.conn import Conn
@@ -111,43 +113,30 @@ class JobService:
     # -- producers ---------------------------------------------------------------------------
 
     async def _enqueue_statement(
-        self, conn: Conn, jobs: Sequence[NewJob], *, singles: bool
-    ) -> list[tuple[Job, bool] | Exception]:
+        self, conn: Conn, jobs: Sequence[NewJob], *, singles: bool, heads: bool = False
+    ) -> list[tuple[Job | JobHead, bool] | Exception]:
         """Inserts the jobs; answers per job its row and whether it was created, or its error.
 
         ``singles``: each job is a call of its own (coalesced single enqueues), so an error
         names position 0; otherwise the jobs are one call's, named by their position.
+        ``heads``: a created job is answered by its head only (job_enqueue_ids); a replayed
+        one is read whole either way, to compare its request.
         """
-        rows = await self.stores.jobs.job_enqueue(conn, jobs=jobs)
+        rows: Sequence[Job | JobHead | None] = (
+            await self.stores.jobs.job_enqueue_ids(conn, jobs=jobs)
+            if heads
+            else await self.stores.jobs.job_enqueue(conn, jobs=jobs)
+        )
         skipped = [i for i, row in enumerate(rows) if row is None]
         existing: Mapping[tuple[str, str], Job] = {}
         if skipped:
             keys = [(jobs[i].queue, jobs[i].idempotency_key or "") for i in skipped]
             existing = await self.stores.jobs.job_get_by_idempotency_keys(conn, keys=keys)
-        answered: list[tuple[Job, bool] | Exception] = []
-        for i, row in enumerate(rows):
-            if row is not None:
-                answered.append((row, True))
-                continue
-            key = (jobs[i].queue, jobs[i].idempotency_key or "")
-            found = existing.get(key)
-            if found is None:
-                # The conflicting job was deleted between the two statements: try again.
-                answered.append(_Retry())
-            elif found.idempotency_hash != jobs[i].fingerprint:
-                answered.append(
-                    IdempotencyKeyReused(
-                        f"idempotency key {key[1]!r} of queue {key[0]!r} was used for a "
-                        "different request",
-                        item=0 if singles else i,
-                    )
-                )
-            else:
-                answered.append((found, False))
+        answered = answer_enqueue(jobs, rows, existing, singles=singles)
         self.unit.statements["enqueue"] += 1
         return answered
 
-    def _announce_created(self, answered: Sequence[tuple[Job, bool] | Exception]) -> None:
+    def _announce_created(self, answered: Sequence[tuple[Job | JobHead, bool] | Exception]) -> None:
         """Tells observers of the jobs a committed enqueue created; wakes waiters for the due ones."""
         self.events.publish(
             [
@@ -171,11 +160,19 @@ class JobService:
             async with attempt as conn:
                 answered = await self._enqueue_statement(conn, jobs, singles=True)
         self._announce_created(answered)  # after the commit: a woken claim must see the jobs
-        return answered
+        return cast(list[tuple[Job, bool] | Exception], answered)  # whole rows: no heads
 
     async def enqueue(
         self, new_jobs: Sequence[NewJob], *, callback: NewJob | None = None
     ) -> list[tuple[Job, bool]]:
+        """Enqueues jobs, all or nothing; answers each job and whether this call created it
+        (see :meth:`enqueue_heads`, which this is with every job read whole)."""
+        answered = await self.enqueue_heads(new_jobs, callback=callback, heads=False)
+        return cast(list[tuple[Job, bool]], answered)  # heads=False: every row is a whole Job
+
+    async def enqueue_heads(
+        self, new_jobs: Sequence[NewJob], *, callback: NewJob | None = None, heads: bool = True
+    ) -> list[tuple[Job | JobHead, bool]]:
         """Enqueues jobs, all or nothing; answers each job and whether this call created it.
 
         A job whose idempotency key exists with the same request is answered as it is; with a
@@ -187,13 +184,17 @@ class JobService:
         ``callback``: a job enqueued in the same transaction after the others, waiting for all
         of them (its ``on_parent_failure`` says whether it needs them all to succeed); it is
         answered last.
+
+        ``heads``: a job this call created is answered by its head (id, queue, type, status)
+        only, for the lean batch answer: the statement returns four columns instead of the
+        whole row (job_enqueue_ids). A single coalesced job is read whole either way.
         """
         jobs = [self.defaults.apply(j) for j in new_jobs]
         if callback is not None:
             jobs.append(self.defaults.apply(callback))
         for _ in range(TRANSACTION_TRIES):
             if callback is not None:
-                outcome = await self._enqueue_with_callback(jobs)
+                outcome = await self._enqueue_with_callback(jobs, heads=heads)
                 if isinstance(outcome, _Retry):
                     continue
                 return outcome
@@ -204,15 +205,15 @@ class JobService:
                 if isinstance(single, Exception):
                     raise single
                 return [single]
-            outcome = await self._enqueue_batch(jobs)
+            outcome = await self._enqueue_batch(jobs, heads=heads)
             if isinstance(outcome, _Retry):
                 continue
             return outcome
         raise InvalidTransition("the idempotency key's job kept being deleted; retry")
 
     async def _enqueue_with_callback(
-        self, jobs: Sequence[NewJob]
-    ) -> list[tuple[Job, bool]] | _Retry:
+        self, jobs: Sequence[NewJob], *, heads: bool
+    ) -> list[tuple[Job | JobHead, bool]] | _Retry:
         """The batch, then its callback waiting for every job of it, in one transaction."""
         *batch, callback = jobs
         ordering = ordering_keys_of(batch)
@@ -221,14 +222,18 @@ class JobService:
                 async with attempt as conn:
                     if ordering:
                         await self.stores.workflows.ordering_keys_lock(conn, keys=ordering)
-                    outcomes = await self._enqueue_statement(conn, batch, singles=False)
+                    outcomes = await self._enqueue_statement(
+                        conn, batch, singles=False, heads=heads
+                    )
                     for outcome in outcomes:
                         if isinstance(outcome, Exception):
                             raise outcome
                     answered = [a for a in outcomes if isinstance(a, tuple)]
                     parents = tuple(row.id for row, _ in answered)
                     waiting = replace(callback, depends_on=parents)
-                    [last] = await self._enqueue_statement(conn, [waiting], singles=False)
+                    [last] = await self._enqueue_statement(
+                        conn, [waiting], singles=False, heads=heads
+                    )
                     if isinstance(last, IdempotencyKeyReused):
                         raise IdempotencyKeyReused(last.detail, item=len(batch))
                     if isinstance(last, Exception):
@@ -241,7 +246,9 @@ class JobService:
             await self._unstick(ordering)
         return answered
 
-    async def _enqueue_batch(self, jobs: Sequence[NewJob]) -> list[tuple[Job, bool]] | _Retry:
+    async def _enqueue_batch(
+        self, jobs: Sequence[NewJob], *, heads: bool
+    ) -> list[tuple[Job | JobHead, bool]] | _Retry:
         # A job naming parents runs the insert trigger that locks them: one transaction, so a
         # parent refused (gone since it was checked) rolls the whole call back.
         any_keys = any(job.idempotency_key is not None or linked(job) for job in jobs)
@@ -253,7 +260,7 @@ class JobService:
                 async with attempt as conn:
                     if ordering:
                         await self.stores.workflows.ordering_keys_lock(conn, keys=ordering)
-                    outcomes = await self._enqueue_statement(conn, jobs, singles=False)
+                    outcomes = await self._enqueue_statement(conn, jobs, singles=False, heads=heads)
                     for outcome in outcomes:
                         if isinstance(outcome, Exception):
                             raise outcome  # rolls the batch back: all or nothing
@@ -601,7 +608,3 @@ class JobService:
         )
         if transition is not LeaseTransition.HEARTBEAT:
             self.events.publish(lease_events(transition, items, outcomes, changed))
-
-
-class _Retry(Exception):
-    """Internal: the unit of work must run again."""

@@ -12,7 +12,14 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from app.domain.records import BulkCandidate, Job, JobBlockers, ReapedJob, WorkerLeases
+from app.domain.records import (
+    BulkCandidate,
+    Job,
+    JobBlockers,
+    JobHead,
+    ReapedJob,
+    WorkerLeases,
+)
 from app.domain.states import BulkAction, JobStatus
 from app.domain.types import (
     NOT_GIVEN,
@@ -118,6 +125,12 @@ class JobStore:
         items = [enqueue_params(job) for job in jobs]
         rows = await conn.fetch("job_enqueue", {"items": to_json(items)})
         return [Job.from_row(row) if row["id"] is not None else None for row in rows]
+
+    async def job_enqueue_ids(self, conn: Conn, *, jobs: Sequence[NewJob]) -> list[JobHead | None]:
+        """As :meth:`job_enqueue`, answering only each created job's head."""
+        items = [enqueue_params(job) for job in jobs]
+        rows = await conn.fetch("job_enqueue_ids", {"items": to_json(items)})
+        return [JobHead.from_row(row) if row["id"] is not None else None for row in rows]
 
     async def job_get_by_idempotency_keys(
         self, conn: Conn, *, keys: Sequence[tuple[str, str]]

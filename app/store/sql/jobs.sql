@@ -11,8 +11,8 @@
 -- The awaited-result statements (job_await_*): a row trigger (migration 0012) sends
 -- pg_notify('jobq_finished', id) when a job whose awaited is true finishes or is deleted.
 
--- name: job_enqueue
--- Inserts jobs in order (scheduled when run_at is ahead); an item whose (queue, idempotency_key) exists is skipped and answered with no job.
+-- fragment: job_enqueue_insert
+-- The insert of job_enqueue and job_enqueue_ids, up to what it returns.
 -- A job naming no callback_url takes its queue's default (migration 0020). The queue is looked
 -- up only while some queue has a default: the EXISTS is uncorrelated, so it runs once per
 -- statement (an InitPlan over the small queues table), and the per-item lookup under the CASE
@@ -67,9 +67,22 @@ inserted AS (
     FROM items
     ORDER BY ord
     ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+
+-- name: job_enqueue
+-- Inserts jobs in order (scheduled when run_at is ahead); an item whose (queue, idempotency_key) exists is skipped and answered with no job.
+{{ job_enqueue_insert }}
     RETURNING *
 )
 SELECT items.ord AS ord, inserted.*
+FROM items LEFT JOIN inserted ON inserted.id = items.new_id
+ORDER BY items.ord;
+
+-- name: job_enqueue_ids
+-- As job_enqueue, answering only each created job's id, queue, type and status (the lean batch answer): no wide row to return, decode and build.
+{{ job_enqueue_insert }}
+    RETURNING id, queue, type, status
+)
+SELECT items.ord AS ord, inserted.id, inserted.queue, inserted.type, inserted.status
 FROM items LEFT JOIN inserted ON inserted.id = items.new_id
 ORDER BY items.ord;
 
