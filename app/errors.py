@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 PROBLEM_JSON = "application/problem+json"
 
@@ -305,6 +306,17 @@ async def _pool_timeout(_: Request, exc: Exception) -> JSONResponse:
     )
 
 
+async def _client_closed(_: Request, exc: Exception) -> JSONResponse:
+    # The client went away before its body arrived: nothing ran and nobody reads the answer.
+    # 499 (nginx's "client closed request") keeps it out of the server errors and their log.
+    return problem(
+        499,
+        "Client Closed Request",
+        "the connection closed before the request body arrived; nothing was done",
+        slug="client-closed-request",
+    )
+
+
 async def _unexpected_error(_: Request, exc: Exception) -> JSONResponse:
     logger.error("unhandled error", exc_info=exc)
     return problem(500, "Internal Server Error", "an unexpected error occurred", slug="internal")
@@ -322,4 +334,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(asyncpg.InternalClientError, _connection_lost)
     app.add_exception_handler(ConnectionError, _connection_lost)
     app.add_exception_handler(PoolTimeout, _pool_timeout)
+    app.add_exception_handler(ClientDisconnect, _client_closed)
     app.add_exception_handler(Exception, _unexpected_error)

@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.domain.types import LeaseUpdate
 from app.queue.services import Services
 from tests.integration.helpers import seed_jobs
+from tests.polling import poll_until
 
 KEYS = 4
 MAX_RUNNING = 3
@@ -174,17 +175,21 @@ async def test_a_rate_limit_refills_from_the_database_clock(
     )
 
 
-async def wait_for_lock_waiter(engine: AsyncEngine, deadline_seconds: float = 30) -> None:
+async def wait_for_lock_waiter(engine: AsyncEngine) -> None:
     """Polls until some backend waits on a heavyweight lock (a row lock's transaction)."""
-    async with asyncio.timeout(deadline_seconds), engine.connect() as conn:
-        while not await conn.scalar(
-            text(
-                "SELECT EXISTS (SELECT 1 FROM pg_stat_activity "
-                "WHERE wait_event_type = 'Lock' AND datname = current_database())"
+
+    async def waiting() -> bool:
+        async with engine.connect() as conn:
+            return bool(
+                await conn.scalar(
+                    text(
+                        "SELECT EXISTS (SELECT 1 FROM pg_stat_activity "
+                        "WHERE wait_event_type = 'Lock' AND datname = current_database())"
+                    )
+                )
             )
-        ):
-            await conn.rollback()  # a fresh snapshot of the activity view each time
-            await asyncio.sleep(0.01)
+
+    await poll_until(waiting, within=30, what="a claim waiting for the held key row")
 
 
 async def test_a_release_gives_slots_back_without_waiting_for_the_key_row(
