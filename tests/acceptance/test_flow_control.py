@@ -131,8 +131,17 @@ async def test_no_key_ever_runs_more_than_its_limit_across_two_instances(
             (await conn.execute(text("SELECT status, count(*) FROM jobs GROUP BY 1"))).all()
         )
         held = await conn.scalar(text("SELECT COALESCE(sum(running), 0) FROM flow_running"))
+        rows = (
+            await conn.execute(
+                text(
+                    "SELECT f.key, f.running, v.running, (SELECT sum(n) FROM flow_released r "
+                    "WHERE r.key = f.key) FROM flow_state f JOIN flow_running v USING (key) "
+                    "WHERE v.running <> 0 OR f.running <> 0"
+                )
+            )
+        ).all()
     assert states == {"succeeded": JOBS}
-    assert held == 0, "every running slot was given back"
+    assert held == 0, f"every running slot was given back: {rows}"
     assert samples > 20, "the sampler saw the run"
     assert highest, "jobs were seen running"
     assert max(highest.values()) <= MAX_RUNNING, highest

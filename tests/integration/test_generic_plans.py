@@ -199,3 +199,14 @@ async def test_no_generic_plan_of_a_hot_statement_scans_the_history(
         if seq:
             scans[name] = seq
     assert not scans, scans
+
+
+async def test_the_hot_pool_never_jit_compiles_its_plans(driver_pool: Any) -> None:
+    # A generic plan's cost is estimated for any parameters: the limited claim's passed
+    # jit_above_cost on a 100,000-job backlog (11 million), and compiling it took 3.3 s of
+    # every 12 ms claim (measured on PostgreSQL 15 with jit on, its default).
+    async with driver_pool.acquire() as conn:
+        settings = await conn.fetchrow(
+            "SELECT current_setting('jit') AS jit, current_setting('plan_cache_mode') AS plans"
+        )
+    assert dict(settings) == {"jit": "off", "plans": "force_generic_plan"}
