@@ -54,6 +54,7 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -165,29 +166,26 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def sections(text: str) -> tuple[str, ...]:
-    """``--only``'s value: known section names, in the order they run."""
+def chosen(text: str, known: Sequence[str], what: str) -> tuple[str, ...]:
+    """A comma-separated choice of ``known`` names (``what`` they are), in ``known``'s order."""
     named = {name.strip() for name in text.split(",") if name.strip()}
-    if unknown := named - set(SECTIONS):
+    if unknown := named - set(known):
         raise argparse.ArgumentTypeError(
-            f"unknown section(s) {', '.join(sorted(unknown))}; choose from {', '.join(SECTIONS)}"
+            f"unknown {what}(s) {', '.join(sorted(unknown))}; choose from {', '.join(known)}"
         )
     if not named:
-        raise argparse.ArgumentTypeError("name at least one section")
-    return tuple(name for name in SECTIONS if name in named)
+        raise argparse.ArgumentTypeError(f"name at least one {what}")
+    return tuple(name for name in known if name in named)
+
+
+def sections(text: str) -> tuple[str, ...]:
+    """``--only``'s value: known section names, in the order they run."""
+    return chosen(text, SECTIONS, "section")
 
 
 def row_keys(text: str) -> tuple[str, ...]:
     """``--rows``' value: keys of the table's rows, in the table's order."""
-    named = {name.strip() for name in text.split(",") if name.strip()}
-    known = [row.key for row in ROWS]
-    if unknown := named - set(known):
-        raise argparse.ArgumentTypeError(
-            f"unknown row(s) {', '.join(sorted(unknown))}; choose from {', '.join(known)}"
-        )
-    if not named:
-        raise argparse.ArgumentTypeError("name at least one row")
-    return tuple(key for key in known if key in named)
+    return chosen(text, [row.key for row in ROWS], "row")
 
 
 PEERS = {"pgqueuer": "PGQueuer", "procrastinate": "Procrastinate"}  # package: name
