@@ -416,6 +416,11 @@ class JobService:
                 claims = self._claims[key] = self._coalescer(
                     lambda batch: self._claim_slots(key, batch)
                 )
+            # While limits exist, one claim statement of these queues at a time: a second
+            # would find the key rows the first holds, skip their jobs and take nothing
+            # (measured: in a 16 x 50 drain over 20 keys, 800-slot statements answered 29
+            # jobs on average), where waiting for the first lets the next fill every slot.
+            claims.max_in_flight = 1 if self._flow_active else self.coalescing.max_in_flight
             try:
                 taken = await claims.submit(slots)
             finally:

@@ -12,8 +12,9 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.domain.types import LeaseUpdate
+from app.queue.jobs import CoalescingPolicy
 from app.queue.services import Services
-from tests.integration.helpers import seed_jobs
+from tests.integration.helpers import seed_jobs, service
 from tests.polling import poll_until
 
 KEYS = 4
@@ -260,3 +261,55 @@ async def test_a_claim_again_waits_for_key_rows_others_hold_instead_of_giving_up
     async with asyncio.timeout(30):
         [taken] = await claim
     assert taken.concurrency_key == "k"
+
+
+async def lock_waiters(engine: AsyncEngine) -> int:
+    async with engine.connect() as conn:
+        return int(
+            await conn.scalar(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+                )
+            )
+        )
+
+
+async def test_under_limits_an_instance_runs_one_claim_of_its_queues_at_a_time(
+    clean_db: AsyncEngine, driver_pool: Any
+) -> None:
+    """Two claim statements of the same queues would contend for the same flow_state rows (the
+    second skips the keys the first holds and takes nothing), so under limits the claims of an
+    instance take turns: the later ones wait in the coalescer and share the next statement."""
+    svc = service(
+        clean_db, driver_pool, coalescing=CoalescingPolicy(max_in_flight=2, max_items=100)
+    )
+    async with clean_db.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO flow_limits (scope, pattern, like_pattern, max_running) "
+                "VALUES ('queue', 'default', 'default', 100)"
+            )
+        )
+    await seed_jobs(clean_db, 4)
+    [first] = await svc.jobs.claim(worker_id="w", queues=["default"], max_jobs=1, lease_seconds=30)
+    assert first.flow_keys == ["queue:default"]
+    async with clean_db.connect() as holder:
+        # Another instance's claim holds the queue's row: this instance's claim waits for it.
+        await holder.execute(
+            text("SELECT 1 FROM flow_state WHERE key = 'queue:default' FOR UPDATE")
+        )
+        ask: dict[str, Any] = {"queues": ["default"], "max_jobs": 1, "lease_seconds": 30}
+        waiting = asyncio.create_task(svc.jobs.claim(worker_id="a", **ask))
+        await wait_for_lock_waiter(clean_db)
+        later = [asyncio.create_task(svc.jobs.claim(worker_id=worker, **ask)) for worker in "bc"]
+        claims = svc.jobs._claims[("default",)]
+        await poll_until(
+            lambda: claims.waiting == 2, within=30, what="the later claims waiting their turn"
+        )
+        assert await lock_waiters(clean_db) == 1, "one claim statement of the queue at a time"
+        await holder.rollback()
+    async with asyncio.timeout(30):
+        taken = [await waiting, *[await task for task in later]]
+    assert [len(rows) for rows in taken] == [1, 1, 1]
+    assert len({rows[0].id for rows in taken} | {first.id}) == 4
