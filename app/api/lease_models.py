@@ -224,7 +224,8 @@ class SettleResults(LeaseResults):
 
     The claim runs once the transition is done, for the same worker and key, whatever the
     verdicts (a lost lease frees the worker's slot as well): in the same transaction when it
-    can answer at once, else as a long-poll after the transition committed.
+    can answer at once and few such calls run, else after the transition committed (with the
+    other calls' shared statements, or as a long-poll).
     """
 
     claimed: ClaimResponse | None = Field(

@@ -125,7 +125,7 @@ async def _settle_call(
     traceparent: str | None,
 ) -> Response:
     """A complete, fail or release; with ``claim_next``, then a claim for the same worker
-    (app/queue/chained.py says how the two share a transaction)."""
+    (app/queue/chained.py says when the two share a transaction)."""
     jobs = services.jobs
     ask = body.claim_next
     if ask is None:
