@@ -333,7 +333,12 @@ cand AS MATERIALIZED (
 ),
 queue_rows AS MATERIALIZED (
     -- A queue's row is every claim's on that queue: wait for it (in key order) rather than skip.
-    SELECT f.key, f.running, f.tokens, f.refilled_at
+    -- Locking yields the row's newest committed version, which may be newer than the one this
+    -- statement's snapshot sees: everything below decides from these values, never from a read
+    -- of flow_state in the snapshot (see flow_taken).
+    SELECT f.key, f.running, f.tokens, f.refilled_at, f.max_running AS hint_max_running,
+           f.rate_limit AS hint_rate_limit, f.rate_per_seconds AS hint_rate_per_seconds,
+           f.blocked_until
     FROM flow_state f
     WHERE f.key IN (SELECT key FROM queue_limits)
     ORDER BY f.key
@@ -343,7 +348,9 @@ key_rows AS MATERIALIZED (
     -- Keys are many: a key another claim or release holds right now is skipped, not waited for,
     -- so claims on different keys never queue behind each other (the caller claims again when
     -- skipping left it empty-handed).
-    SELECT f.key, f.running, f.tokens, f.refilled_at
+    SELECT f.key, f.running, f.tokens, f.refilled_at, f.max_running AS hint_max_running,
+           f.rate_limit AS hint_rate_limit, f.rate_per_seconds AS hint_rate_per_seconds,
+           f.blocked_until
     FROM flow_state f
     WHERE f.key IN (SELECT key FROM key_limits)
     ORDER BY f.key
@@ -369,6 +376,8 @@ room AS MATERIALIZED (
     -- What each locked row can give now: running slots left, tokens after the refill (the bucket
     -- holds at most rate_limit; a row new to its rate starts full). NULL: no such limit.
     SELECT f.key, lim.max_running, lim.rate_limit, lim.rate_per_seconds,
+           f.running AS locked_running, COALESCE(fr.n, 0) AS freed, f.hint_max_running,
+           f.hint_rate_limit, f.hint_rate_per_seconds, f.blocked_until,
            GREATEST(f.running - COALESCE(fr.n, 0), 0) AS running,
            lim.max_running - GREATEST(f.running - COALESCE(fr.n, 0), 0) AS slots,
            LEAST(lim.rate_limit::float8,
@@ -447,13 +456,21 @@ flow_taken AS (
         updated_at = now()
     FROM (SELECT room.*, COALESCE(t.n, 0) AS n
           FROM room LEFT JOIN taken t ON t.key = room.key) r
+    -- Which rows to write is decided from the locked values (room), not from f: f is the
+    -- version this statement's snapshot sees, older than the locked one when another claim
+    -- committed in between (a queue row waited for, or a key row whose claim committed between
+    -- this statement's start and its lock). Judged from f, a row whose journal rows this
+    -- statement deleted could look unchanged and be left unwritten: the slots they gave back
+    -- were lost, and the key ran below its limit for good (seen under a two-instance stress).
+    -- An update of a stale version is redone by PostgreSQL on the newest one, with these values.
     WHERE f.key = r.key
       AND (r.n > 0
-           OR f.running <> r.running
-           OR f.max_running IS DISTINCT FROM r.max_running
-           OR f.rate_limit IS DISTINCT FROM r.rate_limit
-           OR f.rate_per_seconds IS DISTINCT FROM r.rate_per_seconds
-           OR (r.tokens < 1 AND f.blocked_until IS NULL))
+           OR r.freed > 0
+           OR r.locked_running <> r.running
+           OR r.hint_max_running IS DISTINCT FROM r.max_running
+           OR r.hint_rate_limit IS DISTINCT FROM r.rate_limit
+           OR r.hint_rate_per_seconds IS DISTINCT FROM r.rate_per_seconds
+           OR (r.tokens < 1 AND r.blocked_until IS NULL))
 ),
 slotted AS (
     SELECT {{ job_claim_slot }}, p.flow_keys
