@@ -313,10 +313,9 @@ class JobService:
         which locks nothing else); when it skipped keys whose rows other transactions held,
         refused jobs over a limit (their rows now say so, and the next statement passes over
         them), or created rows, the slots left empty are claimed again, up to FLOW_TRIES
-        statements in all. The last claim again after skipped keys first waits for their rows, in
-        the same transaction: skipping them every time could leave every claim of a busy set of
-        keys empty-handed while their jobs wait (seen: 16 workers claiming 50 jobs of 20 keys
-        stopped with 1,100 jobs pending). Waiting on every try serialised those claims more.
+        statements in all. The last try after skipped keys first waits for their rows, in the same
+        transaction: skipping them every time could leave a busy set of keys unclaimed while their
+        jobs wait (seen: 16 workers claiming 50 jobs of 20 keys stopped with 1,100 pending).
         """
         by_slot: list[Job | None] = [None] * len(slots)
         empty = list(range(len(slots)))
@@ -355,9 +354,8 @@ class JobService:
         limited: bool,
         held: Sequence[str] = (),
     ) -> ClaimOutcome:
-        """One claim statement in a unit of its own: the lean one, or the one within the limits;
-        after waiting for the ``held`` flow_state rows in the same transaction when named (the
-        claim's own locks never make it skip)."""
+        """One claim statement (lean or within limits) in a unit of its own; first waiting for
+        the ``held`` flow_state rows in its transaction (its own locks never make it skip)."""
         async for attempt in self.unit.hot(transaction=bool(held)):
             async with attempt as conn:
                 if held:
@@ -377,9 +375,8 @@ class JobService:
     async def claim_in(
         self, conn: Conn, queues: tuple[str, ...], slots: Sequence[ClaimSlot]
     ) -> ClaimOutcome:
-        """Claims on ``conn``, inside the caller's transaction (app/queue/chained.py); the lean
-        statement, then the one within the limits should limits have appeared. What it says of
-        missing, skipped or refusing limit rows is the caller's to act on once committed."""
+        """Claims in the caller's transaction (app/queue/chained.py): lean, then within limits
+        should they have appeared; what it says of limit rows the caller acts on once committed."""
         for limited in (self._flow_active, True):
             self.unit.statements["claim"] += 1
             outcome = await self._claim_on(conn, queues, slots, limited=limited)
@@ -416,10 +413,8 @@ class JobService:
                 claims = self._claims[key] = self._coalescer(
                     lambda batch: self._claim_slots(key, batch)
                 )
-            # While limits exist, one claim statement of these queues at a time: a second
-            # would find the key rows the first holds, skip their jobs and take nothing
-            # (measured: in a 16 x 50 drain over 20 keys, 800-slot statements answered 29
-            # jobs on average), where waiting for the first lets the next fill every slot.
+            # Under limits one at a time: a second would skip the key rows the first holds and
+            # take nothing (16 x 50 over 20 keys: 29 jobs a statement of 800 slots).
             claims.max_in_flight = 1 if self._flow_active else self.coalescing.max_in_flight
             try:
                 taken = await claims.submit(slots)

@@ -192,7 +192,16 @@ async def test_the_limited_claims_generic_plan_reads_its_candidates_a_few_times_
     granted = plan["Actual Rows"]
     read = sum(_rows_read(node) for node in _nodes(plan))
     assert granted == slots
-    # Candidates (two a slot) against the 20 locked rows, a few times: about 200,000; the
-    # candidates against themselves: 15.8 million before.
+    # The candidates (two a slot) against the 20 locked rows, a few times: about 200,000 on a
+    # fresh database, up to about 540,000 after the rest of the suite's statistics; the
+    # candidates against themselves read 15.8 million before.
     candidates = 2 * slots
-    assert read < 10 * candidates * keys, read
+    largest = sorted(
+        (
+            (_rows_read(n), n["Node Type"], n.get("CTE Name") or n.get("Relation Name"))
+            for n in _nodes(plan)
+        ),
+        key=lambda entry: entry[0],
+        reverse=True,
+    )[:8]
+    assert read < 25 * candidates * keys, (read, largest)
