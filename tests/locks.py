@@ -6,8 +6,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 
-async def someone_waits_on_a_lock(engine: AsyncEngine) -> bool:
-    """Whether a backend of the engine's database is waiting for a lock now."""
+async def lock_waiters(engine: AsyncEngine) -> int:
+    """How many backends of the engine's database are waiting for a lock now."""
     async with engine.connect() as conn:
         waiting = await conn.execute(
             text(
@@ -15,4 +15,9 @@ async def someone_waits_on_a_lock(engine: AsyncEngine) -> bool:
                 "AND wait_event_type = 'Lock'"
             )
         )
-        return bool(waiting.scalar_one())
+        return int(waiting.scalar_one())
+
+
+async def someone_waits_on_a_lock(engine: AsyncEngine) -> bool:
+    """Whether a backend of the engine's database is waiting for a lock now."""
+    return await lock_waiters(engine) > 0

@@ -65,6 +65,18 @@ class Chained:
     claim_error: Exception | None = None
 
 
+@dataclass(frozen=True)
+class _Call:
+    """One settle-and-claim call: the transition of the worker's owned leases, then its ask."""
+
+    transition: LeaseTransition
+    worker_id: str
+    key_id: int | None
+    owned: Sequence[LeaseUpdate]
+    ask: ClaimAsk
+    stop: asyncio.Event | None
+
+
 class ChainedClaims:
     """Runs a complete / fail / release and then a claim for the same worker as one call."""
 
@@ -89,62 +101,58 @@ class ChainedClaims:
         """
         if transition is LeaseTransition.HEARTBEAT:
             raise ValueError("a heartbeat ends no lease: it claims nothing next")
-        owned = owned_by(items, worker_id, key_id)
+        call = _Call(transition, worker_id, key_id, owned_by(items, worker_id, key_id), ask, stop)
         shared = self._running >= SHARED_FROM_RUNNING
         self._running += 1
         try:
             if shared:
-                return await self._coalesced(transition, worker_id, key_id, owned, ask, stop)
-            return await self._in_one_transaction(transition, worker_id, key_id, owned, ask, stop)
+                return await self._coalesced(call)
+            return await self._in_one_transaction(call)
         finally:
             self._running -= 1
 
-    def _alone(self, transition: LeaseTransition) -> Callable[..., Awaitable[list[LeaseOutcome]]]:
+    async def _alone(self, call: _Call) -> list[LeaseOutcome]:
         """The transition on its own, coalesced with other calls' (JobService)."""
         jobs = self.jobs
-        return {
+        transition: Callable[..., Awaitable[list[LeaseOutcome]]] = {
             LeaseTransition.COMPLETE: jobs.complete,
             LeaseTransition.FAIL: jobs.fail,
             LeaseTransition.RELEASE: jobs.release,
-        }[transition]
+        }[call.transition]
+        return await transition(worker_id=call.worker_id, items=call.owned, key_id=call.key_id)
 
-    async def _coalesced(
-        self,
-        transition: LeaseTransition,
-        worker_id: str,
-        key_id: int | None,
-        owned: Sequence[LeaseUpdate],
-        ask: ClaimAsk,
-        stop: asyncio.Event | None,
-    ) -> Chained:
+    async def _claim(self, call: _Call, max_jobs: int, wait_seconds: float) -> list[Job]:
+        """A claim for the call's worker, through the claims' coalescer (long-polling)."""
+        return await self.jobs.claim(
+            worker_id=call.worker_id,
+            queues=call.ask.queues,
+            max_jobs=max_jobs,
+            lease_seconds=call.ask.lease_seconds,
+            wait_seconds=wait_seconds,
+            stop=call.stop,
+            key_id=call.key_id,
+        )
+
+    async def _coalesced(self, call: _Call) -> Chained:
         """The transition through its coalescer, committed, then the claim through the claims'
         coalescer: statements and commits shared with the instance's other calls."""
-        outcomes = await self._alone(transition)(worker_id=worker_id, items=owned, key_id=key_id)
+        outcomes = await self._alone(call)
         try:
-            claimed = await self.jobs.claim(
-                worker_id=worker_id,
-                queues=ask.queues,
-                max_jobs=ask.max_jobs,
-                lease_seconds=ask.lease_seconds,
-                wait_seconds=ask.wait_seconds,
-                stop=stop,
-                key_id=key_id,
-            )
+            claimed = await self._claim(call, call.ask.max_jobs, call.ask.wait_seconds)
         except Exception as error:  # noqa: BLE001 - the transition committed; its verdicts stand
             return Chained(outcomes, [], error)
         return Chained(outcomes, claimed)
 
-    async def _in_one_transaction(
-        self,
-        transition: LeaseTransition,
-        worker_id: str,
-        key_id: int | None,
-        owned: Sequence[LeaseUpdate],
-        ask: ClaimAsk,
-        stop: asyncio.Event | None,
-    ) -> Chained:
+    async def _in_one_transaction(self, call: _Call) -> Chained:
         """The transition and the claim in one transaction of their own: one commit."""
         jobs = self.jobs
+        transition, worker_id, key_id, owned, ask = (
+            call.transition,
+            call.worker_id,
+            call.key_id,
+            call.owned,
+            call.ask,
+        )
         queues = tuple(sorted(set(ask.queues)))
         slots = [ClaimSlot(worker_id, key_id, ask.lease_seconds)] * ask.max_jobs
         claiming = False
@@ -160,10 +168,7 @@ class ChainedClaims:
             if not claiming or isinstance(error, DatabaseUnavailable):
                 raise  # the transition's own error, or a commit whose fate is unknown: as today
             # Rolled back, transition and all: the transition alone, as a call without claim_next.
-            outcomes = await self._alone(transition)(
-                worker_id=worker_id, items=owned, key_id=key_id
-            )
-            return Chained(outcomes, [], error)
+            return Chained(await self._alone(call), [], error)
         jobs.lease_announce(transition, owned, outcomes, changed)
         claimed: list[Job] = []
         try:
@@ -174,16 +179,8 @@ class ChainedClaims:
             )
             wanted = ask.max_jobs - len(claimed)
             if wanted and (limits_again or (not claimed and ask.wait_seconds > 0)):
-                claimed += await jobs.claim(
-                    worker_id=worker_id,
-                    queues=ask.queues,
-                    max_jobs=wanted,
-                    lease_seconds=ask.lease_seconds,
-                    # A claim that has jobs answers at once, as POST /v1/claim does.
-                    wait_seconds=0 if claimed else ask.wait_seconds,
-                    stop=stop,
-                    key_id=key_id,
-                )
+                # A claim that has jobs answers at once, as POST /v1/claim does.
+                claimed += await self._claim(call, wanted, 0 if claimed else ask.wait_seconds)
         except Exception as error:  # noqa: BLE001 - the transition committed; its verdicts stand
             return Chained(outcomes, claimed, error)
         return Chained(outcomes, claimed)

@@ -22,6 +22,7 @@ from app.queue.chained import SHARED_FROM_RUNNING, Chained
 from app.queue.jobs import CoalescingPolicy
 from app.queue.services import Services
 from tests.integration.helpers import seed_jobs, service
+from tests.locks import lock_waiters
 from tests.polling import poll_until
 
 
@@ -34,18 +35,6 @@ async def _times(engine: AsyncEngine, done: int, taken: int) -> tuple[Any, Any]:
             text("SELECT started_at FROM jobs WHERE id = :id"), {"id": taken}
         )
     return finished, started
-
-
-async def _lock_waiters(engine: AsyncEngine) -> int:
-    async with engine.connect() as conn:
-        return int(
-            await conn.scalar(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity "
-                    "WHERE wait_event_type = 'Lock' AND datname = current_database()"
-                )
-            )
-        )
 
 
 def _complete(svc: Services, job: Job) -> Any:
@@ -86,7 +75,7 @@ async def test_calls_beyond_the_first_few_running_share_the_coalesced_statements
         )
         blocked = [asyncio.create_task(_complete(svc, job)) for job in held[:few]]
         await poll_until(
-            lambda: _lock_waiters_equal(clean_db, few),
+            lambda: _waiting(clean_db, few),
             within=30,
             what="the first calls waiting for their rows",
         )
@@ -105,5 +94,5 @@ async def test_calls_beyond_the_first_few_running_share_the_coalesced_statements
         assert finished == started, "transition and claim in one transaction"
 
 
-async def _lock_waiters_equal(engine: AsyncEngine, n: int) -> bool:
-    return await _lock_waiters(engine) == n
+async def _waiting(engine: AsyncEngine, n: int) -> bool:
+    return await lock_waiters(engine) == n

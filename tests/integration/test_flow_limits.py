@@ -15,6 +15,7 @@ from app.domain.types import ClaimSlot, LeaseUpdate
 from app.queue.jobs import FLOW_WINDOW, CoalescingPolicy
 from app.queue.services import Services
 from tests.integration.helpers import seed_jobs, service
+from tests.locks import lock_waiters
 from tests.polling import poll_until
 
 KEYS = 4
@@ -261,18 +262,6 @@ async def test_a_claim_again_waits_for_key_rows_others_hold_instead_of_giving_up
     async with asyncio.timeout(30):
         [taken] = await claim
     assert taken.concurrency_key == "k"
-
-
-async def lock_waiters(engine: AsyncEngine) -> int:
-    async with engine.connect() as conn:
-        return int(
-            await conn.scalar(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity "
-                    "WHERE wait_event_type = 'Lock' AND datname = current_database()"
-                )
-            )
-        )
 
 
 async def test_under_limits_an_instance_runs_one_claim_of_its_queues_at_a_time(
