@@ -159,13 +159,6 @@ jobs = Table(
     ),
     # The promoter's scan: scheduled jobs by due time, moved to pending as they come due.
     Index("ix_jobs_scheduled_run_at", "run_at", postgresql_where=text("status = 'scheduled'")),
-    # The oldest pending job of a queue, for its age in GET /v1/queues.
-    Index(
-        "ix_jobs_pending_queue_run_at",
-        "queue",
-        "run_at",
-        postgresql_where=text("status = 'pending'"),
-    ),
     # The pruner's scan: finished jobs by state and age (each state has its own retention).
     Index(
         "ix_jobs_finished_status_finished_at",

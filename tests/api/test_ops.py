@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 
 import httpx
 
@@ -45,6 +46,36 @@ async def test_queue_counts(client: httpx.AsyncClient) -> None:
     await lease_call(client, "complete", "w1", lease(c))
     q = {x["name"]: x for x in (await client.get("/v1/queues")).json()["queues"]}["q"]
     assert q["succeeded"] == 1 and q["succeeded_last_minute"] == 1
+
+
+async def test_oldest_pending_age_is_the_oldest_among_every_priority(
+    client: httpx.AsyncClient,
+) -> None:
+    """The age is read from the claim order's index, one head a priority (migration 0024): the
+    oldest pending job need not be the next one claimed, nor in the first or last priority."""
+    ages = {}
+    for priority, seconds_ago in ((9, 50), (0, 300), (5, 100), (-3, 200)):
+        run_at = (datetime.now(UTC) - timedelta(seconds=seconds_ago)).isoformat()
+        job = await enqueue(client, queue="aged", priority=priority, run_at=run_at)
+        ages[job["id"]] = seconds_ago
+
+    async def oldest() -> float | None:
+        queues = (await client.get("/v1/queues")).json()["queues"]
+        age: float | None = {q["name"]: q for q in queues}["aged"]["oldest_pending_age_seconds"]
+        return age
+
+    age = await oldest()
+    assert age is not None and 300 <= age < 360
+    [first] = await claim(client, queues=["aged"])  # priority 9: not the oldest
+    assert ages[first["id"]] == 50
+    age = await oldest()
+    assert age is not None and 300 <= age < 360
+    await client.post(f"/v1/jobs/{next(i for i, s in ages.items() if s == 300)}/cancel")
+    age = await oldest()
+    assert age is not None and 200 <= age < 260  # now priority -3's, the last head
+    for _ in range(2):
+        await claim(client, queues=["aged"])
+    assert await oldest() is None  # nothing pending
 
 
 async def test_workers_lists_who_holds_what(client: httpx.AsyncClient) -> None:

@@ -112,7 +112,7 @@ audited AS (
 SELECT name, paused, updated_at, callback_url FROM saved;
 
 -- name: queue_stats
--- Per queue: jobs per state from the trigger-kept counters, how many scheduled ones are retrying, the age of the oldest pending job (one index probe) and last minute's successes.
+-- Per queue: jobs per state from the trigger-kept counters, how many scheduled ones are retrying, the age of the oldest pending job (one index probe a priority) and last minute's successes.
 WITH counts AS (
     SELECT queue,
            sum(jobs) FILTER (WHERE status = 'scheduled') AS scheduled,
@@ -145,12 +145,26 @@ SELECT n.name,
        COALESCE(c.dead, 0)::bigint AS dead,
        COALESCE(c.cancelled, 0)::bigint AS cancelled,
        COALESCE(c.waiting, 0)::bigint AS waiting,
-       (SELECT GREATEST(EXTRACT(EPOCH FROM now() - j.run_at), 0)::float8
-        FROM jobs j
-        WHERE j.queue = n.name AND j.status = 'pending'
-        -- Ordered as ix_jobs_pending_queue_run_at is: one probe of that index.
-        ORDER BY j.queue, j.run_at
-        LIMIT 1) AS oldest_pending_age_seconds,
+       -- The oldest pending job is the oldest head among the queue's priorities: a loose walk
+       -- of ix_jobs_claimable, one probe a priority that has pending jobs (the claim's index
+       -- is the only one over pending jobs, migration 0024).
+       (WITH RECURSIVE heads AS (
+            (SELECT j.priority, j.run_at FROM jobs j
+             WHERE j.queue = n.name AND j.status = 'pending'
+             ORDER BY j.priority DESC, j.run_at, j.id
+             LIMIT 1)
+            UNION ALL
+            SELECT nx.priority, nx.run_at
+            FROM heads h
+            CROSS JOIN LATERAL (
+                SELECT j.priority, j.run_at FROM jobs j
+                WHERE j.queue = n.name AND j.status = 'pending' AND j.priority < h.priority
+                ORDER BY j.priority DESC, j.run_at, j.id
+                LIMIT 1) nx
+        )
+        SELECT GREATEST(EXTRACT(EPOCH FROM now() - o.run_at), 0)::float8
+        FROM (SELECT min(run_at) AS run_at FROM heads) o
+        WHERE o.run_at IS NOT NULL) AS oldest_pending_age_seconds,
        -- The last 60 s, estimated from two minute buckets: all of this minute's, and the part of
        -- the previous minute's that still lies inside the window.
        COALESCE((SELECT round(sum(t.jobs * CASE WHEN t.minute = date_trunc('minute', now()) THEN 1
