@@ -47,6 +47,7 @@ from app.maintenance.reaper import Reaper, ReaperConfig
 from app.maintenance.runner import Loop, LoopRunner
 from app.maintenance.scheduler import Scheduler, SchedulerConfig
 from app.maintenance.sightings import WorkerSightings
+from app.maintenance.statistics import JobStatistics
 from app.maintenance.webhooks import WebhookConfig, WebhookDeliveries
 from app.queue.jobs import CoalescingPolicy
 from app.queue.linked import ParentResultBounds
@@ -82,7 +83,7 @@ def _require_url(settings: Settings) -> str:
 
 def _loops(settings: Settings, services: Services, hub: WaiterHub) -> list[Loop]:
     """Every background loop of an instance: five on every instance, the webhook deliveries on
-    every instance taking part in maintenance, three on the leader only."""
+    every instance taking part in maintenance, five on the leader only."""
     loops: list[Loop] = [
         Promoter(
             services=services,
@@ -137,6 +138,7 @@ def _loops(settings: Settings, services: Services, hub: WaiterHub) -> list[Loop]
                 ),
             ),
             CounterFold(services=services, config=CounterFoldConfig()),
+            JobStatistics(services=services),
             Scheduler(
                 services=services,
                 config=SchedulerConfig(

@@ -19,7 +19,7 @@ from app.store.unit import UnitOfWork
 
 class UpkeepService:
     """Reaps expired leases, promotes due scheduled jobs, prunes old history, folds the counters,
-    counts due jobs."""
+    keeps the statistics of jobs fresh where autovacuum does not, counts due jobs."""
 
     def __init__(self, *, unit: UnitOfWork, stores: Stores, events: Events) -> None:
         self.unit = unit
@@ -97,6 +97,16 @@ class UpkeepService:
                     conn, batch_size=batch_size
                 )
         return max(counts, outcomes)
+
+    async def refresh_statistics(self) -> bool:
+        """ANALYZEs ``jobs`` when autovacuum will not and enough of it changed; answers whether
+        it did."""
+        async for attempt in self.unit.ops():
+            async with attempt as conn:
+                due = await self.stores.control.jobs_analyze_due(conn)
+                if due:
+                    await self.stores.control.jobs_analyze(conn)
+        return due
 
     async def due_in_queues(self, queues: Sequence[str], *, cap: int) -> dict[str, int]:
         """Per unpaused queue, how many jobs are due now (up to ``cap``)."""

@@ -1,4 +1,5 @@
-"""ControlStore: the statements of ``sql/control.sql`` (wake-ups, the leader lock, health)."""
+"""ControlStore: the statements of ``sql/control.sql`` (wake-ups, the leader lock, health, the
+planner's statistics of ``jobs``)."""
 
 from __future__ import annotations
 
@@ -26,3 +27,12 @@ class ControlStore:
     async def health_ping(self, conn: Conn) -> None:
         """Fails if the database does not answer."""
         await conn.fetch("health_ping")
+
+    async def jobs_analyze_due(self, conn: Conn) -> bool:
+        """Whether ``jobs`` needs an ANALYZE that autovacuum will not run."""
+        rows = await conn.fetch("jobs_analyze_due")
+        return bool(rows and rows[0]["due"])
+
+    async def jobs_analyze(self, conn: Conn) -> None:
+        """Refreshes the planner's statistics of ``jobs``."""
+        await conn.fetch("jobs_analyze")
