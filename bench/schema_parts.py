@@ -1,0 +1,215 @@
+"""What each part of jobq's schema costs the raw queue statements, one part left out at a time.
+
+    python -m bench.schema_parts --dsn postgresql://postgres@127.0.0.1:5432/test [--rounds 3]
+
+Issue 22 asks what each part of the ``jobs`` schema costs a claim, a complete and an enqueue.
+This runs the raw-SQL baseline's statements (``bench/baseline.py``: claim then complete, one
+job or 50 at a time; single inserts; 500-row inserts) under ``pgbench`` on copies of a database
+migrated to jobq's head, each copy with one part removed: the counter triggers, the flow
+trigger, the two (queue, state) listing indexes, the payload GIN, the BRIN, the row triggers,
+all of those at once (``bare``), and on the lean queue table (``bench/lean.py``). Variants run
+interleaved within each round, each on a freshly emptied table (pre-loaded, then VACUUM
+ANALYZE, for the drains); the figures are medians of the rounds, in jobs/s. Speed is reported,
+never asserted; the ratios within one run are what compare (this machine's figures drift
+between runs).
+
+It needs ``pgbench`` on the PATH (Debian: ``postgresql-client``), creates databases named
+``jobq_parts_*`` next to the DSN's and drops them at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+
+from bench.lean import CLAIM_INDEX, TABLE
+
+ROOT = Path(__file__).resolve().parent.parent
+
+COUNTERS = [
+    "ALTER TABLE jobs DISABLE TRIGGER jobs_counts_updated",
+    "ALTER TABLE jobs DISABLE TRIGGER jobs_counts_inserted",
+]
+FLOW = ["ALTER TABLE jobs DISABLE TRIGGER jobs_flow_counted_updated"]
+LISTING = ["DROP INDEX ix_jobs_queue_status_id", "DROP INDEX ix_jobs_queue_type_status_id"]
+GIN = ["DROP INDEX ix_jobs_payload"]
+BRIN = ["DROP INDEX ix_jobs_created_at"]
+ROW_TRIGGERS = [
+    f"ALTER TABLE jobs DISABLE TRIGGER {name}"
+    for name in (
+        "jobs_notify_finished",
+        "jobs_webhook_finished",
+        "jobs_linked_inserted",
+        "jobs_linked_reopened",
+        "jobs_linked_settled",
+    )
+]
+# Each variant: the statements that remove its part from a copy of the migrated database.
+VARIANTS: dict[str, list[str]] = {
+    "full": [],
+    "counters": COUNTERS,
+    "flow": FLOW,
+    "listing": LISTING,
+    "gin": GIN,
+    "brin": BRIN,
+    "rowtrig": ROW_TRIGGERS,
+    "bare": COUNTERS + FLOW + LISTING + GIN + BRIN + ROW_TRIGGERS,
+}
+LEAN = "lean"
+
+_CLAIM = """WITH picked AS (SELECT id FROM jobs WHERE queue = 'q' AND status = 'pending'
+ORDER BY priority DESC, run_at, id LIMIT {n} FOR UPDATE SKIP LOCKED),
+upd AS (UPDATE jobs j SET status = 'running', attempts = attempts + 1,
+lease_id = gen_random_uuid(), worker_id = 'w', lease_expires_at = now() + interval '30 s',
+started_at = now() FROM picked WHERE j.id = picked.id RETURNING j.id, j.lease_id)
+SELECT array_agg(id)::text AS ids, array_agg(lease_id)::text AS lids FROM upd \\gset
+UPDATE jobs SET status = 'succeeded', finished_at = now(), lease_ended_by = 'complete'
+WHERE id = ANY(':ids'::bigint[]) AND lease_id = ANY(':lids'::uuid[]) AND status = 'running';
+"""
+_INSERT = """INSERT INTO jobs (queue, type, payload, priority, status, max_attempts,
+lease_seconds, run_at) SELECT 'e', 'bench', jsonb_build_object('n', i), 0, 'pending', 10, 30,
+now() FROM generate_series(1, {n}) i;
+"""
+PRELOAD = """INSERT INTO jobs (queue, type, payload, priority, status, max_attempts,
+lease_seconds, run_at) SELECT 'q', 'bench', jsonb_build_object('n', i), 0, 'pending', 10, 30,
+now() FROM generate_series(1, {n}) i"""
+
+
+# (name, script, clients, transactions per client, jobs per transaction, jobs pre-loaded)
+CASES = [
+    ("claim+complete 1, 1 client", _CLAIM.format(n=1), 1, 1500, 1, 1500),
+    ("claim+complete 1, 16 clients", _CLAIM.format(n=1), 16, 150, 1, 2400),
+    ("claim+complete 50, 1 client", _CLAIM.format(n=50), 1, 60, 50, 3000),
+    ("claim+complete 50, 16 clients", _CLAIM.format(n=50), 16, 6, 50, 4800),
+    ("insert 500, 4 clients", _INSERT.format(n=500), 4, 10, 500, 0),
+    ("insert 1, 16 clients", _INSERT.format(n=1), 16, 150, 1, 0),
+]
+
+
+def _dsn_of(dsn: str, database: str) -> str:
+    return urlunsplit(urlsplit(dsn)._replace(path=f"/{database}"))
+
+
+async def _admin(dsn: str, sql: str) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+@contextlib.contextmanager
+def _scripts() -> Iterator[dict[str, Path]]:
+    with tempfile.TemporaryDirectory(prefix="jobq-parts-") as folder:
+        paths = {}
+        for index, (name, script, *_) in enumerate(CASES):
+            path = Path(folder) / f"case{index}.sql"
+            path.write_text(script)
+            paths[name] = path
+        yield paths
+
+
+async def _databases(dsn: str, variants: list[str]) -> dict[str, str]:
+    """A migrated template, one copy of it per variant with its part removed, and the lean
+    table's database: answers each variant's DSN."""
+    template = "jobq_parts_template"
+    await _admin(dsn, f'DROP DATABASE IF EXISTS "{template}" WITH (FORCE)')
+    await _admin(dsn, f'CREATE DATABASE "{template}"')
+    subprocess.run(  # noqa: ASYNC221 - set-up, before anything is timed
+        [sys.executable, "-m", "app.cli", "migrate"],
+        cwd=ROOT,
+        env={**os.environ, "DATABASE_URL": _dsn_of(dsn, template)},
+        check=True,
+        capture_output=True,
+    )
+    dsns = {}
+    for variant in variants:
+        name = f"jobq_parts_{variant}"
+        await _admin(dsn, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        if variant == LEAN:
+            await _admin(dsn, f'CREATE DATABASE "{name}"')
+            await _admin(_dsn_of(dsn, name), TABLE)
+            await _admin(_dsn_of(dsn, name), CLAIM_INDEX)
+        else:
+            await _admin(dsn, f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+            for statement in VARIANTS[variant]:
+                await _admin(_dsn_of(dsn, name), statement)
+        dsns[variant] = _dsn_of(dsn, name)
+    await _admin(dsn, f'DROP DATABASE IF EXISTS "{template}" WITH (FORCE)')
+    return dsns
+
+
+async def _run_case(dsn: str, script: Path, clients: int, transactions: int, preload: int) -> float:
+    """pgbench's transactions per second for one case on a freshly emptied table."""
+    await _admin(dsn, "TRUNCATE jobs")
+    if preload:
+        await _admin(dsn, PRELOAD.format(n=preload))
+    await _admin(dsn, "VACUUM ANALYZE jobs")
+    command = ["pgbench", "-n", "-c", str(clients), "-j", str(min(clients, 2))]
+    command += ["-t", str(transactions), "-f", str(script), dsn]
+    done = await asyncio.to_thread(
+        subprocess.run,
+        command,
+        capture_output=True,
+        text=True,
+    )
+    found = re.search(r"tps = ([\d.]+) \(without", done.stdout)
+    if done.returncode != 0 or found is None:
+        raise RuntimeError(f"pgbench failed: {done.stdout[-500:]} {done.stderr[-500:]}")
+    return float(found.group(1))
+
+
+async def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dsn", required=True, help="a PostgreSQL server (its databases stay)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--variants",
+        default=",".join([*VARIANTS, LEAN]),
+        help=f"comma-separated, of {', '.join([*VARIANTS, LEAN])}",
+    )
+    args = parser.parse_args(argv)
+    variants = args.variants.split(",")
+    unknown = set(variants) - {*VARIANTS, LEAN}
+    if unknown:
+        parser.error(f"unknown variants: {', '.join(sorted(unknown))}")
+    if shutil.which("pgbench") is None:
+        parser.error("pgbench is not on the PATH")
+    dsns = await _databases(args.dsn, variants)
+    figures: dict[tuple[str, str], list[float]] = {}
+    try:
+        with _scripts() as scripts:
+            for _ in range(args.rounds):
+                for name, _script, clients, transactions, per, preload in CASES:
+                    for variant in variants:
+                        tps = await _run_case(
+                            dsns[variant], scripts[name], clients, transactions, preload
+                        )
+                        figures.setdefault((name, variant), []).append(tps * per)
+    finally:
+        for variant in variants:
+            await _admin(args.dsn, f'DROP DATABASE IF EXISTS "jobq_parts_{variant}" WITH (FORCE)')
+    width = max(len(name) for name, *_ in CASES)
+    print(f"jobs/s, medians of {args.rounds} rounds; 'full' is jobq's schema, each other column")
+    print("leaves out the part it names ('bare': all of them); 'lean' is bench/lean.py's table")
+    print("case".ljust(width) + "".join(v.rjust(10) for v in variants))
+    for name, *_ in CASES:
+        cells = "".join(f"{statistics.median(figures[(name, v)]):10,.0f}" for v in variants)
+        print(name.ljust(width) + cells)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
