@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from app.domain.records import Job
 from app.domain.types import (
     ClaimAsk,
+    ClaimOutcome,
     ClaimSlot,
     LeaseOutcome,
     LeaseTransition,
@@ -42,6 +43,7 @@ from app.domain.types import (
 )
 from app.errors import DatabaseUnavailable
 from app.queue.jobs import JobService
+from app.store.unit import STATEMENT_REFUSED
 
 # Other settle-and-claim calls running in the instance from which a call goes through the
 # coalescers. With fewer, a shared statement carries one or two calls, and each pays two
@@ -155,27 +157,37 @@ class ChainedClaims:
         )
         queues = tuple(sorted(set(ask.queues)))
         slots = [ClaimSlot(worker_id, key_id, ask.lease_seconds)] * ask.max_jobs
-        claiming = False
-        try:
-            # Not idempotent: a repeat after a commit whose answer was lost would claim again.
-            async for attempt in jobs.unit.hot(transaction=True):
-                async with attempt as conn:
-                    claiming = False
-                    outcomes, changed = await jobs.lease_in(conn, transition, owned)
-                    claiming = True
-                    outcome = await jobs.claim_in(conn, queues, slots)
-        except Exception as error:  # the claim's own error is answered beside the transition
-            if not claiming or isinstance(error, DatabaseUnavailable):
-                raise  # the transition's own error, or a commit whose fate is unknown: as today
-            # Rolled back, transition and all: the transition alone, as a call without claim_next.
-            return Chained(await self._alone(call), [], error)
+        settled = None
+        if transition is LeaseTransition.COMPLETE and not jobs.flow_active:
+            settled = await self._complete_and_claim(call, queues, slots)
+        if settled is not None:
+            outcomes, changed, outcome = settled
+        else:
+            claiming = False
+            try:
+                # Not idempotent: a repeat after a commit whose answer was lost would claim again.
+                async for attempt in jobs.unit.hot(transaction=True):
+                    async with attempt as conn:
+                        claiming = False
+                        outcomes, changed = await jobs.lease_in(conn, transition, owned)
+                        claiming = True
+                        outcome = await jobs.claim_in(conn, queues, slots)
+            except Exception as error:  # the claim's own error is answered beside the transition
+                if not claiming or isinstance(error, DatabaseUnavailable):
+                    raise  # the transition's own error, or a commit of unknown fate: as today
+                # Rolled back, transition and all: the transition alone, as without claim_next.
+                return Chained(await self._alone(call), [], error)
         jobs.lease_announce(transition, owned, outcomes, changed)
         claimed: list[Job] = []
         try:
             taken = [row for row in outcome.by_slot if row is not None]
             claimed = await jobs.handed(worker_id, key_id, taken)
             limits_again = bool(
-                outcome.flow_missing or outcome.flow_skipped or outcome.flow_refused
+                outcome.flow_missing
+                or outcome.flow_skipped
+                or outcome.flow_refused
+                # A limit appeared: job_complete_claim took nothing; the limited claim is next.
+                or (settled is not None and outcome.flow_active)
             )
             wanted = ask.max_jobs - len(claimed)
             if wanted and (limits_again or (not claimed and ask.wait_seconds > 0)):
@@ -184,3 +196,33 @@ class ChainedClaims:
         except Exception as error:  # noqa: BLE001 - the transition committed; its verdicts stand
             return Chained(outcomes, claimed, error)
         return Chained(outcomes, claimed)
+
+    async def _complete_and_claim(
+        self, call: _Call, queues: tuple[str, ...], slots: Sequence[ClaimSlot]
+    ) -> tuple[list[LeaseOutcome], set[int], ClaimOutcome] | None:
+        """A complete and a claim as one statement, without limits (job_complete_claim): one
+        round trip and one commit, where a transaction of two statements makes four round
+        trips. ``None`` when the statement failed: it changed nothing (a statement is atomic),
+        and the call runs as two statements, which tell the transition's error from the
+        claim's."""
+        jobs = self.jobs
+        try:
+            # Not idempotent: a repeat after a commit whose answer was lost would claim again.
+            async for attempt in jobs.unit.hot():
+                async with attempt as conn:
+                    taken, outcome = await jobs.stores.jobs.job_complete_claim(
+                        conn, items=call.owned, queues=queues, slots=slots
+                    )
+        except STATEMENT_REFUSED:
+            return None
+        jobs.unit.statements["lease_complete"] += 1
+        jobs.unit.statements["claim"] += 1
+        jobs.flow_noted(queues, outcome)
+        outcomes = [taken[i] for i in sorted(taken)]
+        if len(taken) < len(call.owned):
+            # Items not taken are judged after the commit, from the rows as they are now, as
+            # after a transition that waited for them.
+            async for attempt in jobs.unit.hot(idempotent=True):
+                async with attempt as conn:
+                    outcomes = await jobs.judged(conn, LeaseTransition.COMPLETE, call.owned, taken)
+        return outcomes, set(taken), outcome

@@ -91,7 +91,7 @@ class JobService:
         self._enqueues: Coalescer[NewJob, tuple[Job, bool] | Exception] | None = None
         # What the last claim said of the limits (app/queue/sql/jobs.sql, job_claim): whether
         # any exist, and per set of queues when an empty token bucket refills.
-        self._flow_active = False
+        self.flow_active = False
         self._refill_at: dict[tuple[str, ...], float] = {}
         if coalescing is not None:
             for transition in LeaseTransition:
@@ -321,14 +321,14 @@ class JobService:
         empty = list(range(len(slots)))
         held: tuple[str, ...] = ()
         for tries_left in reversed(range(FLOW_TRIES)):
-            limited = self._flow_active
+            limited = self.flow_active
             asked = [slots[i] for i in empty]
 
             self.unit.statements["claim"] += 1
             outcome = await self._claim_statement(queues, asked, limited=limited, held=held)
             # Skipping held rows again is cheaper while tries are left; the last one waits.
             held = outcome.flow_skipped if tries_left == 1 else ()
-            self._flow_noted(queues, outcome)
+            self.flow_noted(queues, outcome)
             for i, row in zip(empty, outcome.by_slot, strict=True):
                 by_slot[i] = row
             empty = [i for i in empty if by_slot[i] is None]
@@ -377,17 +377,17 @@ class JobService:
     ) -> ClaimOutcome:
         """Claims in the caller's transaction (app/queue/chained.py): lean, then within limits
         should they have appeared; what it says of limit rows the caller acts on once committed."""
-        for limited in (self._flow_active, True):
+        for limited in (self.flow_active, True):
             self.unit.statements["claim"] += 1
             outcome = await self._claim_on(conn, queues, slots, limited=limited)
-            self._flow_noted(queues, outcome)
+            self.flow_noted(queues, outcome)
             if limited or not outcome.flow_active:
                 break
         return outcome
 
-    def _flow_noted(self, queues: tuple[str, ...], outcome: ClaimOutcome) -> None:
+    def flow_noted(self, queues: tuple[str, ...], outcome: ClaimOutcome) -> None:
         """Keeps what a claim said of the limits: whether any exist, when a token comes back."""
-        self._flow_active = outcome.flow_active
+        self.flow_active = outcome.flow_active
         refill = outcome.flow_refill_seconds
         if refill is not None and refill > 0:
             self._refill_at[queues] = asyncio.get_running_loop().time() + refill
@@ -415,7 +415,7 @@ class JobService:
                 )
             # Under limits one at a time: a second would skip the key rows the first holds and
             # take nothing (16 x 50 over 20 keys: 29 jobs a statement of 800 slots).
-            claims.max_in_flight = 1 if self._flow_active else self.coalescing.max_in_flight
+            claims.max_in_flight = 1 if self.flow_active else self.coalescing.max_in_flight
             try:
                 taken = await claims.submit(slots)
             finally:
@@ -564,33 +564,33 @@ class JobService:
     async def lease_in(
         self, conn: Conn, transition: LeaseTransition, items: Sequence[LeaseUpdate]
     ) -> tuple[list[LeaseOutcome], set[int]]:
-        """Runs a lease transition on ``conn``; items it did not take get a verdict read after it.
-        Answers the outcomes, in order, and the positions of the items it changed.
-
-        Each item names its worker, so the items may come from many requests. The transition
-        is one conditional UPDATE, answering only what it took; that is the whole round trip
-        when every lease was held. Items it did not take (a replay, a lost lease, a cancel or a
-        timeout) are judged by a second statement, which sees the version of the row the UPDATE
-        re-checked after waiting for it: a caller who lost nothing is never told ``lease_lost``
-        because of a snapshot taken before the row it waited for was committed.
-        """
+        """Runs a lease transition on ``conn``; answers the outcomes, in order, and the positions
+        of the items it changed. Each item names its worker, so the items may come from many
+        requests. The transition is one conditional UPDATE, answering only what it took."""
         statement = {
             LeaseTransition.HEARTBEAT: self.stores.jobs.job_heartbeat,
             LeaseTransition.COMPLETE: self.stores.jobs.job_complete,
             LeaseTransition.FAIL: self.stores.jobs.job_fail,
             LeaseTransition.RELEASE: self.stores.jobs.job_release,
         }[transition]
-
         self.unit.statements[f"lease_{transition.value}"] += 1
         taken = await statement(conn, items=items)
+        return await self.judged(conn, transition, items, taken), set(taken)
+
+    async def judged(
+        self, conn: Conn, t: LeaseTransition, items: Sequence[LeaseUpdate], taken: dict[int, Any]
+    ) -> list[LeaseOutcome]:
+        """Each item's outcome: the transition's where it took the item (``taken``), else a verdict
+        read after it (a replay, a lost lease, a cancel, a timeout), which sees the row the UPDATE
+        re-checked after waiting for it: no ``lease_lost`` from a snapshot older than the row."""
         missed = [i for i in range(len(items)) if i not in taken]
         judged: dict[int, LeaseOutcome] = {}
         if missed:
             verdicts = await self.stores.jobs.job_lease_verdict(
-                conn, transition=transition, items=[items[i] for i in missed]
+                conn, transition=t, items=[items[i] for i in missed]
             )
             judged = dict(zip(missed, verdicts, strict=True))
-        return [taken[i] if i in taken else judged[i] for i in range(len(items))], set(taken)
+        return [taken[i] if i in taken else judged[i] for i in range(len(items))]
 
     def lease_announce(
         self,

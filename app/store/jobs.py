@@ -178,6 +178,46 @@ class JobStore:
             conn, "job_claim_limited", queues=queues, slots=slots, window=window
         )
 
+    async def job_complete_claim(
+        self,
+        conn: Conn,
+        *,
+        items: Sequence[LeaseUpdate],
+        queues: Sequence[str],
+        slots: Sequence[ClaimSlot],
+    ) -> tuple[dict[int, LeaseOutcome], ClaimOutcome]:
+        """:meth:`job_complete`, then :meth:`job_claim`, in one statement: the items taken (by
+        position) and what the claim took."""
+        params = self._claim_params(queues, slots, window=1)
+        params["items"] = to_json([_lease_params(item) for item in items])
+        rows = await conn.fetch("job_complete_claim", params)
+        taken = {
+            int(row["ord"]) - 1: LeaseOutcome(
+                job_id=row["job_id"],
+                status=row["status"],
+                run_at=datetime.fromisoformat(row["run_at"]),
+                queue=row["queue"],
+                type=row["type"],
+                ran_seconds=row["ran_seconds"],
+                freed_flow=bool(row["freed_flow"]),
+            )
+            for row in rows[0]["settled"] or ()
+        }
+        return taken, self._claimed(rows, slots)
+
+    def _claim_params(
+        self, queues: Sequence[str], slots: Sequence[ClaimSlot], *, window: int
+    ) -> dict[str, Any]:
+        return {
+            "queues": list(queues),
+            "max_jobs": len(slots),
+            "window": window,
+            "worker_ids": [slot.worker_id for slot in slots],
+            "key_ids": [slot.key_id for slot in slots],
+            "lease_seconds": [slot.lease_seconds for slot in slots],
+            "instance": self.instance,
+        }
+
     async def _claim(
         self,
         conn: Conn,
@@ -187,18 +227,11 @@ class JobStore:
         slots: Sequence[ClaimSlot],
         window: int,
     ) -> ClaimOutcome:
-        rows = await conn.fetch(
-            name,
-            {
-                "queues": list(queues),
-                "max_jobs": len(slots),
-                "window": window,
-                "worker_ids": [slot.worker_id for slot in slots],
-                "key_ids": [slot.key_id for slot in slots],
-                "lease_seconds": [slot.lease_seconds for slot in slots],
-                "instance": self.instance,
-            },
-        )
+        rows = await conn.fetch(name, self._claim_params(queues, slots, window=window))
+        return self._claimed(rows, slots)
+
+    @staticmethod
+    def _claimed(rows: Sequence[Row], slots: Sequence[ClaimSlot]) -> ClaimOutcome:
         by_slot: list[Job | None] = [None] * len(slots)
         for row in rows:
             if row["slot"] is not None:

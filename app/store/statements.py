@@ -83,12 +83,16 @@ def _blocks(source: str) -> list[tuple[str, str, str, str]]:
     return blocks
 
 
-def _expand(sql: str, fragments: dict[str, str], owner: str) -> str:
+def _expand(sql: str, fragments: dict[str, str], owner: str, within: tuple[str, ...] = ()) -> str:
+    """``sql`` with each ``{{ fragment }}`` written in, fragments within fragments too."""
+
     def include(match: re.Match[str]) -> str:
         name = match.group(1)
         if name not in fragments:
             raise ValueError(f"{owner!r} includes unknown fragment {name!r}")
-        return fragments[name]
+        if name in within:
+            raise ValueError(f"fragment {name!r} includes itself ({' > '.join(within)})")
+        return _expand(fragments[name], fragments, owner, (*within, name))
 
     return _INCLUDE.sub(include, sql)
 

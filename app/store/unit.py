@@ -39,6 +39,11 @@ _RETRYABLE_SQLSTATES = frozenset({"40P01", "40001"})
 TRANSACTION_TRIES = 3
 
 
+# What the server answers a statement it refused with. In autocommit nothing of that statement
+# stayed: the caller may run the same work another way (app/queue/chained.py).
+STATEMENT_REFUSED: type[Exception] = asyncpg.PostgresError
+
+
 class UnitOfWork:
     """The connections the services run on, and how a unit of work is begun, retried and ended."""
 

@@ -21,6 +21,7 @@ from app.domain.types import ClaimAsk, LeaseTransition, LeaseUpdate
 from app.queue.chained import SHARED_FROM_RUNNING, Chained
 from app.queue.jobs import CoalescingPolicy
 from app.queue.services import Services
+from app.store.conn import DriverConn
 from tests.integration.helpers import seed_jobs, service
 from tests.locks import lock_waiters
 from tests.polling import poll_until
@@ -96,3 +97,56 @@ async def test_calls_beyond_the_first_few_running_share_the_coalesced_statements
 
 async def _waiting(engine: AsyncEngine, n: int) -> bool:
     return await lock_waiters(engine) == n
+
+
+@pytest.fixture
+def statements_run(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the statements the hot pool runs from now on, in order."""
+    names: list[str] = []
+    original = DriverConn.fetch
+
+    async def recording(self: DriverConn, name: str, params: Any = None) -> Any:
+        names.append(name)
+        return await original(self, name, params)
+
+    monkeypatch.setattr(DriverConn, "fetch", recording)
+    return names
+
+
+async def test_a_complete_and_its_claim_without_limits_are_one_statement(
+    clean_db: AsyncEngine, svc: Services, statements_run: list[str]
+) -> None:
+    """One round trip and one commit (job_complete_claim); the counters see both moves."""
+    await seed_jobs(clean_db, 3)
+    [held] = await svc.jobs.claim(worker_id="w", queues=["default"], max_jobs=1, lease_seconds=30)
+    statements_run.clear()
+    answer: Chained = await _complete(svc, held)
+    assert statements_run == ["job_complete_claim"]
+    assert [o.status for o in answer.outcomes] == ["succeeded"] and answer.claim_error is None
+    [taken] = answer.claimed
+    assert taken.status == "running" and taken.worker_id == "w" and taken.id != held.id
+    finished, started = await _times(clean_db, held.id, taken.id)
+    assert finished == started, "one statement: one now()"
+    async with clean_db.connect() as conn:
+        counted = dict(
+            (
+                await conn.execute(
+                    text("SELECT status, sum(jobs) FROM queue_counts GROUP BY status")
+                )
+            ).all()
+        )
+    assert {s: n for s, n in counted.items() if n} == {"pending": 1, "running": 1, "succeeded": 1}
+
+
+async def test_a_lost_lease_is_judged_after_the_statement_and_the_claim_still_made(
+    clean_db: AsyncEngine, svc: Services, statements_run: list[str]
+) -> None:
+    await seed_jobs(clean_db, 2)
+    [held] = await svc.jobs.claim(worker_id="w", queues=["default"], max_jobs=1, lease_seconds=30)
+    await svc.ops.cancel(held.id)  # the lease is lost
+    statements_run.clear()
+    answer: Chained = await _complete(svc, held)
+    assert statements_run == ["job_complete_claim", "job_lease_verdict"]
+    [outcome] = answer.outcomes
+    assert outcome.cancelled and outcome.job_id == held.id, outcome
+    assert len(answer.claimed) == 1 and answer.claim_error is None

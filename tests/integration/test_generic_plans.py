@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
 from app.db import async_url, create_driver_pool, driver_dsn
-from app.domain.types import LeaseUpdate, NewJob
+from app.domain.types import ClaimAsk, LeaseTransition, LeaseUpdate, NewJob
 from app.store.conn import DriverConn, Row
 from app.store.statements import statement
 from bench.plans import nodes, seed_history
@@ -115,7 +115,17 @@ async def _day_of_the_queue(svc: Any) -> None:
     items = [LeaseUpdate(job_id=j.id, lease_id=str(j.lease_id)) for j in got]
     assert len(items) == 6
     await svc.jobs.heartbeat(worker_id="w", items=items[:2])
-    await svc.jobs.complete(worker_id="w", items=items[:2])
+    await svc.jobs.complete(worker_id="w", items=items[:1])
+    # A complete that claims the worker's next job in the same statement (claim_next).
+    await svc.jobs.enqueue([NewJob(queue="hot", type="t")])
+    chained = await svc.chained.settle_and_claim(
+        LeaseTransition.COMPLETE,
+        worker_id="w",
+        key_id=None,
+        items=items[1:2],
+        ask=ClaimAsk(queues=("hot",)),
+    )
+    assert chained.claim_error is None and len(chained.claimed) == 1
     await svc.jobs.fail(worker_id="w", items=items[2:4])
     await svc.jobs.fail(worker_id="w", items=[replace(items[4], retryable=False)])
     await svc.jobs.release(worker_id="w", items=items[5:])
@@ -178,6 +188,7 @@ async def test_the_scenario_ran_the_hot_statements(recorded: dict[str, list[Any]
         "job_claim",
         "job_heartbeat",
         "job_complete",
+        "job_complete_claim",
         "job_fail",
         "job_release",
         "job_get",

@@ -44,6 +44,20 @@ def test_fragments_are_written_into_statements_and_are_not_statements() -> None:
         parse_statements("-- name: job_a\nSELECT {{ nowhere }};\n")
 
 
+def test_a_fragment_may_include_fragments_but_not_itself() -> None:
+    parsed = parse_statements(
+        "-- fragment: ids\n-- Ids.\nSELECT id FROM jobs\n\n"
+        "-- fragment: walk\n-- The walk.\nw AS ({{ ids }})\n\n"
+        "-- name: job_a\n-- A.\nWITH {{ walk }} SELECT * FROM w;\n"
+    )
+    assert parsed["job_a"].sql == "WITH w AS (SELECT id FROM jobs) SELECT * FROM w"
+    with pytest.raises(ValueError, match="includes itself"):
+        parse_statements(
+            "-- fragment: a\n-- A.\n({{ b }})\n\n-- fragment: b\n-- B.\n({{ a }})\n\n"
+            "-- name: job_a\n-- A.\nSELECT {{ a }};\n"
+        )
+
+
 def test_claim_is_one_statement_with_skip_locked() -> None:
     sql = statement("job_claim").sql
     assert sql.count(";") == 0

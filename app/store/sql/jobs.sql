@@ -132,20 +132,10 @@ status = 'running',
     WHERE j.id = ANY (m.ids)
     RETURNING CAST(m.slot_of ->> CAST(j.id AS text) AS int) AS slot, j.*
 
--- name: job_claim
--- Leases up to :max_jobs due jobs from the given unpaused queues, best priority first, locking only the rows it takes, while no limit exists (else it takes nothing); slot k goes to worker_ids[k] of key_ids[k] with lease_seconds[k].
--- Each queue is walked in ix_jobs_claimable order (no sort of the backlog). With several queues,
--- an unlocked look at each queue's head first decides how many jobs each gives (its share of the
--- best :max_jobs); the locking walk then takes that many per queue, skipping rows others hold.
--- The jobs taken are numbered in claim order: slot k is leased to worker_ids[k] (of the API
--- key key_ids[k], NULL without keys) for lease_seconds[k] (NULL: the job's own), so several
--- concurrent claims share one statement.
--- While any limit exists (flow_limits) this statement takes nothing: claims then run
--- job_claim_limited below. This one stays as lean as it was before limits (measured: that one
--- costs about four times as much a call, most of it planning), and the service learns when
--- limits come and go from the jobq_limits channel, from job_claim_limited's report, and when
--- this statement answers nothing.
-WITH queue_names AS MATERIALIZED (
+-- fragment: job_claim_walk
+-- job_claim's CTEs, from the queues named to claimed (the leased rows, slot first): shared with
+-- job_complete_claim, which runs them after its completion in the same statement.
+queue_names AS MATERIALIZED (
     SELECT DISTINCT q.name
     FROM unnest(CAST(:queues AS text[])) AS q(name)
     WHERE NOT EXISTS (SELECT 1 FROM queues p WHERE p.name = q.name AND p.paused)
@@ -200,6 +190,21 @@ claimed AS (
     SET flow_keys = NULL,
         {{ job_claim_lease }}
 )
+
+-- name: job_claim
+-- Leases up to :max_jobs due jobs from the given unpaused queues, best priority first, locking only the rows it takes, while no limit exists (else it takes nothing); slot k goes to worker_ids[k] of key_ids[k] with lease_seconds[k].
+-- Each queue is walked in ix_jobs_claimable order (no sort of the backlog). With several queues,
+-- an unlocked look at each queue's head first decides how many jobs each gives (its share of the
+-- best :max_jobs); the locking walk then takes that many per queue, skipping rows others hold.
+-- The jobs taken are numbered in claim order: slot k is leased to worker_ids[k] (of the API
+-- key key_ids[k], NULL without keys) for lease_seconds[k] (NULL: the job's own), so several
+-- concurrent claims share one statement.
+-- While any limit exists (flow_limits) this statement takes nothing: claims then run
+-- job_claim_limited below. This one stays as lean as it was before limits (measured: that one
+-- costs about four times as much a call, most of it planning), and the service learns when
+-- limits come and go from the jobq_limits channel, from job_claim_limited's report, and when
+-- this statement answers nothing.
+WITH {{ job_claim_walk }}
 SELECT c.*, EXISTS (SELECT 1 FROM flow_limits) AS flow_active
 FROM (SELECT 1) one LEFT JOIN claimed c ON true;
 
@@ -606,9 +611,9 @@ events AS (
 )
 SELECT ord, job_id, status, lease_expires_at FROM beaten;
 
--- name: job_complete
--- Marks held jobs succeeded with their result, unless the attempt ran past its timeout; answers only the items it took.
-WITH items AS MATERIALIZED (
+-- fragment: job_complete_items
+-- The items of a complete (one per lease, in request order).
+items AS MATERIALIZED (
     SELECT t.ord,
            (t.item->>'job_id')::bigint AS job_id,
            (t.item->>'lease_id')::uuid AS lease_id,
@@ -617,6 +622,9 @@ WITH items AS MATERIALIZED (
            NULLIF(t.item->'result', 'null'::jsonb) AS result
     FROM jsonb_array_elements(CAST(:items AS jsonb)) WITH ORDINALITY AS t(item, ord)
 )
+
+-- fragment: job_complete_update
+-- The UPDATE of job_complete over items, answering the items it took.
 UPDATE jobs j
 SET status = 'succeeded',
     result = i.result,
@@ -632,7 +640,27 @@ WHERE j.id = i.job_id AND j.lease_id = i.lease_id
        OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
 RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue, j.type,
           EXTRACT(EPOCH FROM now() - j.started_at)::float8 AS ran_seconds,
-          j.flow_keys IS NOT NULL AS freed_flow;
+          j.flow_keys IS NOT NULL AS freed_flow
+
+-- name: job_complete
+-- Marks held jobs succeeded with their result, unless the attempt ran past its timeout; answers only the items it took.
+WITH {{ job_complete_items }}
+{{ job_complete_update }};
+
+-- name: job_complete_claim
+-- job_complete, then job_claim for the worker in the same statement (one round trip, one commit); answers the claimed rows as job_claim does, each with the completion's answers (settled: its rows as JSON).
+-- For a settle-and-claim call (app/queue/chained.py) while no limit exists. Both UPDATEs share a
+-- snapshot: the claim cannot see the completion, which only takes running jobs it owns, and the
+-- jobs it claims are pending. A limit freed by the completion is not the claim's to use, so
+-- while any limit exists the claim takes nothing (as job_claim) and the caller claims again.
+WITH {{ job_complete_items }},
+settled AS (
+    {{ job_complete_update }}
+),
+{{ job_claim_walk }}
+SELECT c.*, EXISTS (SELECT 1 FROM flow_limits) AS flow_active,
+       (SELECT jsonb_agg(to_jsonb(s)) FROM settled s) AS settled
+FROM (SELECT 1) one LEFT JOIN claimed c ON true;
 
 -- name: job_fail
 -- Records a failed attempt of held jobs: scheduled after a backoff (pending when retry_after_seconds is 0), or dead when not retryable or out of attempts; the attempt's claim and the failure go to job_events.
