@@ -201,7 +201,7 @@ class JobStore:
                 ran_seconds=row["ran_seconds"],
                 freed_flow=bool(row["freed_flow"]),
             )
-            for row in rows[0]["settled"] or ()
+            for row in next((r["settled"] for r in rows if r["settled"] is not None), ())
         }
         return taken, self._claimed(rows, slots)
 

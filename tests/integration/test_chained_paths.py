@@ -150,3 +150,23 @@ async def test_a_lost_lease_is_judged_after_the_statement_and_the_claim_still_ma
     [outcome] = answer.outcomes
     assert outcome.cancelled and outcome.job_id == held.id, outcome
     assert len(answer.claimed) == 1 and answer.claim_error is None
+
+
+async def test_a_complete_of_several_answers_each_lease_in_order_beside_several_claimed(
+    clean_db: AsyncEngine, svc: Services, statements_run: list[str]
+) -> None:
+    await seed_jobs(clean_db, 7)
+    held = await svc.jobs.claim(worker_id="w", queues=["default"], max_jobs=3, lease_seconds=30)
+    statements_run.clear()
+    answer: Chained = await svc.chained.settle_and_claim(
+        LeaseTransition.COMPLETE,
+        worker_id="w",
+        key_id=None,
+        items=[LeaseUpdate(job_id=j.id, lease_id=str(j.lease_id)) for j in reversed(held)],
+        ask=ClaimAsk(queues=("default",), max_jobs=4, lease_seconds=30),
+    )
+    assert statements_run == ["job_complete_claim"]
+    assert [(o.job_id, o.status) for o in answer.outcomes] == [
+        (j.id, "succeeded") for j in reversed(held)
+    ]
+    assert len(answer.claimed) == 4 and not {j.id for j in answer.claimed} & {j.id for j in held}

@@ -659,7 +659,10 @@ settled AS (
 ),
 {{ job_claim_walk }}
 SELECT c.*, EXISTS (SELECT 1 FROM flow_limits) AS flow_active,
-       (SELECT jsonb_agg(to_jsonb(s)) FROM settled s) AS settled
+       -- Once, on the first slot's row (or the one row when nothing was claimed): repeated on
+       -- every row, a claim of 50 sent and decoded the completion's 50 answers 50 times.
+       CASE WHEN c.slot IS NULL OR c.slot = 1
+            THEN (SELECT jsonb_agg(to_jsonb(s)) FROM settled s) END AS settled
 FROM (SELECT 1) one LEFT JOIN claimed c ON true;
 
 -- name: job_fail
