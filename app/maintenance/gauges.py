@@ -2,10 +2,10 @@
 
 A scrape must not cost the database a query (several Prometheus servers may scrape every
 instance), so the gauges show what this loop last read: the trigger-kept ``queue_counts`` rows
-and one index probe per queue for its oldest pending job (``services.ops.queue_stats()``, the same
-read as ``GET /v1/queues``), the schedules in error per queue, the limits with their running
-and held-back jobs, and the first 1,000 schedules' runs. It runs on every instance, so
-each one's scrape is complete.
+and, for each queue's oldest pending job, a probe per pending priority
+(``services.ops.queue_stats()``, the same read as ``GET /v1/queues``), the schedules in error
+per queue, the limits with their running and held-back jobs, and the first 1,000 schedules'
+runs. It runs on every instance, so each one's scrape is complete.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from app.domain.records import FlowLimitUse, QueueStats, Schedule
+from app.maintenance.runner import TickLoop
 from app.queue.services import Services
 from app.settings import setting_default
 
@@ -21,20 +22,16 @@ METRICS_REFRESH_DEFAULT: float = setting_default("metrics_refresh_seconds")
 SCHEDULES_SHOWN = 1000
 
 
-class QueueGauges:
+class QueueGauges(TickLoop):
     """Reads the per-queue counts every interval and keeps the latest for the scrape."""
 
     name = "metrics"
     leader_only = False
-    batch_size = None
 
     def __init__(
         self, *, services: Services, interval_seconds: float = METRICS_REFRESH_DEFAULT
     ) -> None:
-        if not interval_seconds > 0:
-            raise ValueError("interval_seconds must be > 0")
-        self.services = services
-        self.interval_seconds = interval_seconds
+        super().__init__(services=services, interval_seconds=interval_seconds)
         # One row per queue (name, paused, a count per state, oldest_pending_age_seconds ...);
         # None until the first read.
         self.queues: Sequence[QueueStats] | None = None

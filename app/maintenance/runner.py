@@ -86,6 +86,20 @@ class BatchLoop(Generic[ConfigT]):
         return self.config.batch_size
 
 
+class TickLoop:
+    """Base of the loops that make one call through the services a tick, every interval."""
+
+    name: str
+    leader_only: bool
+    batch_size = None  # one call per tick
+
+    def __init__(self, *, services: Services, interval_seconds: float) -> None:
+        if not interval_seconds > 0:
+            raise ValueError("interval_seconds must be > 0")
+        self.services = services
+        self.interval_seconds = interval_seconds
+
+
 @dataclass
 class LoopHealth:
     """When a loop last finished a batch, and how it has been failing since."""

@@ -7,26 +7,23 @@ workers unseen for a day. It runs on every instance: each writes what it saw.
 
 from __future__ import annotations
 
+from app.maintenance.runner import TickLoop
 from app.queue.services import Services
 
 # Often enough that a worker seen once is live within seconds, rarely enough to cost nothing.
 SIGHTINGS_INTERVAL_SECONDS = 5.0
 
 
-class WorkerSightings:
+class WorkerSightings(TickLoop):
     """Writes this instance's worker sightings every interval."""
 
     name = "sightings"
     leader_only = False
-    batch_size = None
 
     def __init__(
         self, *, services: Services, interval_seconds: float = SIGHTINGS_INTERVAL_SECONDS
     ) -> None:
-        if not interval_seconds > 0:
-            raise ValueError("interval_seconds must be > 0")
-        self.services = services
-        self.interval_seconds = interval_seconds
+        super().__init__(services=services, interval_seconds=interval_seconds)
 
     async def run_batch(self) -> int:
         """One write; answers how many sightings it wrote."""

@@ -16,6 +16,7 @@ Where autovacuum runs, the loop only reads one row of ``pg_stat_user_tables``.
 
 from __future__ import annotations
 
+from app.maintenance.runner import TickLoop
 from app.queue.services import Services
 
 # PostgreSQL's statistics views lag the writes by up to a second or so: checking more often
@@ -23,20 +24,16 @@ from app.queue.services import Services
 STATISTICS_INTERVAL_SECONDS = 5.0
 
 
-class JobStatistics:
+class JobStatistics(TickLoop):
     """Keeps the planner's statistics of ``jobs`` fresh where autovacuum does not."""
 
     name = "statistics"
     leader_only = True
-    batch_size = None
 
     def __init__(
         self, *, services: Services, interval_seconds: float = STATISTICS_INTERVAL_SECONDS
     ) -> None:
-        if not interval_seconds > 0:
-            raise ValueError("interval_seconds must be > 0")
-        self.services = services
-        self.interval_seconds = interval_seconds
+        super().__init__(services=services, interval_seconds=interval_seconds)
 
     async def run_batch(self) -> int:
         """One check; answers 1 when it analyzed ``jobs``."""
