@@ -165,8 +165,7 @@ class JobService:
     async def enqueue(
         self, new_jobs: Sequence[NewJob], *, callback: NewJob | None = None
     ) -> list[tuple[Job, bool]]:
-        """Enqueues jobs, all or nothing; answers each job and whether this call created it
-        (see :meth:`enqueue_heads`, which this is with every job read whole)."""
+        """:meth:`enqueue_heads` with every job read whole."""
         answered = await self.enqueue_heads(new_jobs, callback=callback, heads=False)
         return cast(list[tuple[Job, bool]], answered)  # heads=False: every row is a whole Job
 
@@ -375,8 +374,7 @@ class JobService:
     async def claim_in(
         self, conn: Conn, queues: tuple[str, ...], slots: Sequence[ClaimSlot]
     ) -> ClaimOutcome:
-        """Claims in the caller's transaction (app/queue/chained.py): lean, then within limits
-        should they have appeared; what it says of limit rows the caller acts on once committed."""
+        """Claims in the caller's transaction (chained.py): lean, then within limits if any."""
         for limited in (self.flow_active, True):
             self.unit.statements["claim"] += 1
             outcome = await self._claim_on(conn, queues, slots, limited=limited)
@@ -424,8 +422,7 @@ class JobService:
         return await self.handed(worker_id, key_id, [row for row in taken if row is not None])
 
     async def handed(self, worker_id: str, key_id: int | None, claimed: list[Job]) -> list[Job]:
-        """Jobs a committed claim leased: what they waited for read in (depends_on), the claims
-        announced; answers the jobs."""
+        """Jobs a committed claim leased, their parents' results read in, the claims announced."""
         if any(row.depends_on for row in claimed):
             await self.parents.hand(claimed)
         self.events.publish(claimed_events(claimed, worker_id, key_id))
@@ -578,7 +575,11 @@ class JobService:
         return await self.judged(conn, transition, items, taken), set(taken)
 
     async def judged(
-        self, conn: Conn, t: LeaseTransition, items: Sequence[LeaseUpdate], taken: dict[int, Any]
+        self,
+        conn: Conn,
+        transition: LeaseTransition,
+        items: Sequence[LeaseUpdate],
+        taken: dict[int, LeaseOutcome],
     ) -> list[LeaseOutcome]:
         """Each item's outcome: the transition's where it took the item (``taken``), else a verdict
         read after it (a replay, a lost lease, a cancel, a timeout), which sees the row the UPDATE
@@ -587,7 +588,7 @@ class JobService:
         judged: dict[int, LeaseOutcome] = {}
         if missed:
             verdicts = await self.stores.jobs.job_lease_verdict(
-                conn, transition=t, items=[items[i] for i in missed]
+                conn, transition=transition, items=[items[i] for i in missed]
             )
             judged = dict(zip(missed, verdicts, strict=True))
         return [taken[i] if i in taken else judged[i] for i in range(len(items))]
@@ -599,8 +600,7 @@ class JobService:
         outcomes: Sequence[LeaseOutcome],
         changed: set[int],
     ) -> None:
-        """After a lease transition committed: wakes claims for what it made claimable or freed,
-        and announces what it changed (a replay's verdict changed nothing)."""
+        """After a committed lease transition: wakes claims for jobs it freed, announces changes."""
         self.events.wake_queues(
             o.queue
             for i, o in enumerate(outcomes)

@@ -86,6 +86,25 @@ def enqueue_params(job: NewJob) -> dict[str, Any]:
     return params
 
 
+def _taken_by_position(rows: Sequence[Mapping[str, Any]]) -> dict[int, LeaseOutcome]:
+    """The rows a lease transition returned (``ord``: the item's 1-based position), as outcomes
+    by position. Rows read from JSON (job_complete_claim's ``settled``) carry run_at as text."""
+    taken = {}
+    for row in rows:
+        run_at = row.get("run_at")
+        taken[int(row["ord"]) - 1] = LeaseOutcome(
+            job_id=row["job_id"],
+            status=row["status"],
+            lease_expires_at=row.get("lease_expires_at"),
+            run_at=datetime.fromisoformat(run_at) if isinstance(run_at, str) else run_at,
+            queue=row.get("queue"),
+            type=row.get("type"),
+            ran_seconds=row.get("ran_seconds"),
+            freed_flow=bool(row.get("freed_flow")),
+        )
+    return taken
+
+
 def _lease_params(item: LeaseUpdate) -> dict[str, Any]:
     """A lease update as the lease statements read it: a field not given is left out (the
     statement keeps the stored value), a ``None`` is sent as JSON null (it clears it)."""
@@ -191,19 +210,8 @@ class JobStore:
         params = self._claim_params(queues, slots, window=1)
         params["items"] = to_json([_lease_params(item) for item in items])
         rows = await conn.fetch("job_complete_claim", params)
-        taken = {
-            int(row["ord"]) - 1: LeaseOutcome(
-                job_id=row["job_id"],
-                status=row["status"],
-                run_at=datetime.fromisoformat(row["run_at"]),
-                queue=row["queue"],
-                type=row["type"],
-                ran_seconds=row["ran_seconds"],
-                freed_flow=bool(row["freed_flow"]),
-            )
-            for row in next((r["settled"] for r in rows if r["settled"] is not None), ())
-        }
-        return taken, self._claimed(rows, slots)
+        settled = next((r["settled"] for r in rows if r["settled"] is not None), ())
+        return _taken_by_position(settled), self._claimed(rows, slots)
 
     def _claim_params(
         self, queues: Sequence[str], slots: Sequence[ClaimSlot], *, window: int
@@ -258,19 +266,7 @@ class JobStore:
     ) -> dict[int, LeaseOutcome]:
         params: dict[str, Any] = {"items": to_json([_lease_params(item) for item in items])}
         params.update(extra or {})
-        return {
-            int(row["ord"]) - 1: LeaseOutcome(
-                job_id=row["job_id"],
-                status=row["status"],
-                lease_expires_at=row.get("lease_expires_at"),
-                run_at=row.get("run_at"),
-                queue=row.get("queue"),
-                type=row.get("type"),
-                ran_seconds=row.get("ran_seconds"),
-                freed_flow=bool(row.get("freed_flow")),
-            )
-            for row in await conn.fetch(name, params)
-        }
+        return _taken_by_position(await conn.fetch(name, params))
 
     async def job_heartbeat(
         self, conn: Conn, *, items: Sequence[LeaseUpdate]
