@@ -21,6 +21,7 @@ from app.api.filters import (
     job_search,
     payload_filter,
 )
+from app.api.new_jobs import new_callback, new_job, plain_jobs
 from app.api.render import job, jobs_response, json_response
 from app.api.schemas import (
     BatchIds,
@@ -28,12 +29,11 @@ from app.api.schemas import (
     JobBatch,
     JobPage,
     TraceParent,
-    new_callback,
-    new_job,
 )
 from app.api.webhook_models import callback_url_type, require_signing
 from app.auth.keys import Permission, Principal
 from app.domain.records import Job as JobRow
+from app.domain.records import JobHead
 from app.domain.states import BulkAction, JobState
 from app.errors import PROBLEM, IdempotencyKeyReused, InvalidInput
 from app.http import tracing
@@ -265,16 +265,28 @@ def build_router(settings: Settings) -> APIRouter:
                 )
             ),
         ):
-            # The ids answer needs only the created jobs' heads (job_enqueue_ids).
-            answered = await services.jobs.enqueue_heads(
-                [new_job(j, traceparent=span.traceparent, key_id=caller.key_id) for j in body.jobs],
-                callback=new_callback(
-                    body.callback, traceparent=span.traceparent, key_id=caller.key_id
-                )
-                if body.callback is not None
-                else None,
-                heads=answer == "ids",
+            plain = (
+                plain_jobs(body.jobs, traceparent=span.traceparent, key_id=caller.key_id)
+                if body.callback is None
+                else None
             )
+            # The ids answer needs only the created jobs' heads (job_enqueue_ids).
+            if plain is not None:
+                created = await services.jobs.enqueue_plain(plain, heads=answer == "ids")
+                answered: list[tuple[JobRow | JobHead, bool]] = [(row, True) for row in created]
+            else:
+                answered = await services.jobs.enqueue_heads(
+                    [
+                        new_job(j, traceparent=span.traceparent, key_id=caller.key_id)
+                        for j in body.jobs
+                    ],
+                    callback=new_callback(
+                        body.callback, traceparent=span.traceparent, key_id=caller.key_id
+                    )
+                    if body.callback is not None
+                    else None,
+                    heads=answer == "ids",
+                )
             span.messages([row.id for row, _ in answered])
         any_created = any(created for _, created in answered)
         if answer == "ids":

@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field, JsonValue
 
 from app.api.history_models import FailError
 from app.api.schemas import (
+    BodyJson,
     Job,
     JobId,
     LeaseId,
@@ -112,7 +113,7 @@ class HeartbeatItem(LeaseRef):
 class CompleteItem(LeaseRef):
     """Completes one held job with an optional result."""
 
-    result: JsonValue = None
+    result: BodyJson = None
 
 
 class FailItem(LeaseRef):

@@ -13,12 +13,10 @@ built, so validation and the OpenAPI document show the same numbers.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -31,6 +29,7 @@ from pydantic import (
     ConfigDict,
     Field,
     JsonValue,
+    SkipValidation,
     Strict,
     StringConstraints,
     model_validator,
@@ -49,7 +48,6 @@ from app.domain.bounds import (
     instant_in_window,
 )
 from app.domain.states import BulkAction, JobState, JobStatus
-from app.domain.types import NewJob
 from app.settings import setting_default
 
 
@@ -113,6 +111,10 @@ Instant = Annotated[
     ),
 ]
 LeaseId = Annotated[uuid.UUID, Strict(False)]  # JSON has no UUID type: read from text
+# A value of a request's body, which the strict parser (app/http/strict_json.py) has read as
+# JSON and checked for what jsonb refuses. Validated again as JsonValue, it was walked once
+# more in Python: 0.8 of the 2.2 ms a batch of 500 small payloads took to validate.
+BodyJson = Annotated[JsonValue, SkipValidation]
 
 
 def json_size_at_most(limit: int) -> Callable[[Any], Any]:
@@ -140,7 +142,7 @@ class EnqueueRequest(StrictModel):
 
     queue: QueueName = "default"
     type: JobType
-    payload: JsonValue = None
+    payload: BodyJson = None
     priority: int = Field(default=0, ge=MIN_INT4, le=MAX_INT4, description="Higher runs first.")
     run_at: Instant | None = Field(default=None, description="When the job becomes due.")
     delay_seconds: float | None = Field(
@@ -212,46 +214,6 @@ class EnqueueRequest(StrictModel):
         return self
 
 
-_LATER_FIELDS = ("callback_url", "depends_on", "on_parent_failure", "ordering_key")
-
-
-def request_fingerprint(request: EnqueueRequest) -> str:
-    """A stable hash of an enqueue request (without its key), to tell a replay from a reuse."""
-    # Fields newer than a key's job are left out while unset, so a replay of a request made
-    # before they existed still matches its job's fingerprint.
-    unset = {f for f in _LATER_FIELDS if getattr(request, f, None) is None}
-    body = request.model_dump(mode="json", exclude={"idempotency_key", *unset})
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
-
-
-def new_job(
-    request: EnqueueRequest, *, traceparent: str | None = None, key_id: int | None = None
-) -> NewJob:
-    """The queue core's view of an enqueue request (and the trace context its jobs keep); the
-    caller's API key ``key_id`` signs the job's webhooks, if it gets a callback."""
-    return NewJob(
-        queue=request.queue,
-        type=request.type,
-        payload=request.payload,
-        priority=request.priority,
-        run_at=request.run_at,
-        delay_seconds=request.delay_seconds,
-        max_attempts=request.max_attempts,
-        lease_seconds=request.lease_seconds,
-        timeout_seconds=request.timeout_seconds,
-        concurrency_key=request.concurrency_key,
-        idempotency_key=request.idempotency_key,
-        fingerprint=request_fingerprint(request) if request.idempotency_key else None,
-        traceparent=traceparent,
-        depends_on=tuple(request.depends_on) if request.depends_on is not None else None,
-        on_parent_failure=request.on_parent_failure,
-        ordering_key=request.ordering_key,
-        callback_url=request.callback_url,
-        callback_key_id=key_id,
-    )
-
-
 class BatchCallback(EnqueueRequest):
     """A job enqueued with a batch, waiting for every job of it: due once all succeeded
     (``when: all_succeeded``; cancelled if one ends dead or cancelled) or all finished
@@ -266,14 +228,6 @@ class BatchCallback(EnqueueRequest):
                 "a callback waits for its batch: give neither depends_on nor on_parent_failure"
             )
         return self
-
-
-def new_callback(
-    request: BatchCallback, *, traceparent: str | None = None, key_id: int | None = None
-) -> NewJob:
-    """The queue core's view of a batch callback (its parents are filled in by the core)."""
-    job = new_job(request, traceparent=traceparent, key_id=key_id)
-    return replace(job, on_parent_failure="run" if request.when == "all_finished" else "cancel")
 
 
 class EnqueueBatchRequest(StrictModel):

@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field, model_validator
 from app.api import schemas as wire
 from app.api.auth import allow_queue, requires
 from app.api.deps import Services
+from app.api.new_jobs import new_job
 from app.api.render import job
 from app.api.webhook_models import require_signing
 from app.auth.keys import Permission, Principal
@@ -164,7 +165,7 @@ def build_router(settings: Settings) -> APIRouter:
             ((f"body.steps[{i}].callback_url", s.callback_url) for i, s in enumerate(body.steps)),
         )
         specs = [
-            StepSpec(name=s.name, after=tuple(s.after), job=wire.new_job(s, key_id=caller.key_id))
+            StepSpec(name=s.name, after=tuple(s.after), job=new_job(s, key_id=caller.key_id))
             for s in body.steps
         ]
         try:

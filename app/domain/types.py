@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -170,6 +170,22 @@ class NewJob:
     # Where the outcome is POSTed when the job finishes (None: the queue's default, if any),
     # and the API key whose webhook secret signs it (None: JOBQ_WEBHOOK_SECRET).
     callback_url: str | None = None
+    callback_key_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PlainJobs:
+    """Jobs of one call that need their insert and nothing else: no idempotency key, no
+    parents, no ordering key, no batch callback, so none can be a replay or wait for a lock.
+
+    Each item holds only the fields its producer set, named as :class:`NewJob`'s, as validated
+    (``run_at`` an aware datetime); the enqueue statement fills in the rest, and ``traceparent``
+    and ``callback_key_id`` are the call's. A batch of 500 reaches its statement this way
+    without a :class:`NewJob`, a copy with defaults and a parameter dict per job.
+    """
+
+    items: Sequence[Mapping[str, Any]]
+    traceparent: str | None = None
     callback_key_id: int | None = None
 
 

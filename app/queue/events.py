@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 
-from app.domain.records import Job
+from app.domain.records import Job, JobHead
 from app.domain.states import JobStatus
 from app.domain.types import JobEvent, LeaseOutcome, LeaseTransition, LeaseUpdate
 
@@ -49,6 +49,12 @@ class Events:
     def wake(self, queue: str, count: int) -> None:
         """Wakes up to ``count`` claims waiting on ``queue``."""
         self._wake(queue, count)
+
+    def created(self, rows: Iterable[Job | JobHead]) -> None:
+        """Announces the jobs a committed enqueue created; wakes a waiting claim per due one."""
+        events = [JobEvent("enqueued", row.id, row.queue, row.status, row.type) for row in rows]
+        self.publish(events)
+        self.wake_queues(e.queue for e in events if e.status == JobStatus.PENDING)
 
     def wake_queues(self, queues: Iterable[str]) -> None:
         """Wakes one waiting claim per occurrence of each queue."""

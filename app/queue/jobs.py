@@ -22,11 +22,11 @@ from app.domain.types import (
     ClaimOutcome,
     ClaimSlot,
     JobDefaults,
-    JobEvent,
     LeaseOutcome,
     LeaseTransition,
     LeaseUpdate,
     NewJob,
+    PlainJobs,
     owned_by,
 )
 from app.errors import DatabaseUnavailable, IdempotencyKeyReused, InvalidTransition, NotFound
@@ -123,33 +123,18 @@ class JobService:
         one is read whole either way, to compare its request.
         """
         rows: Sequence[Job | JobHead | None] = (
-            await self.stores.jobs.job_enqueue_ids(conn, jobs=jobs)
+            await self.stores.producers.job_enqueue_ids(conn, jobs=jobs)
             if heads
-            else await self.stores.jobs.job_enqueue(conn, jobs=jobs)
+            else await self.stores.producers.job_enqueue(conn, jobs=jobs)
         )
         skipped = [i for i, row in enumerate(rows) if row is None]
         existing: Mapping[tuple[str, str], Job] = {}
         if skipped:
             keys = [(jobs[i].queue, jobs[i].idempotency_key or "") for i in skipped]
-            existing = await self.stores.jobs.job_get_by_idempotency_keys(conn, keys=keys)
+            existing = await self.stores.producers.job_get_by_idempotency_keys(conn, keys=keys)
         answered = answer_enqueue(jobs, rows, existing, singles=singles)
         self.unit.statements["enqueue"] += 1
         return answered
-
-    def _announce_created(self, answered: Sequence[tuple[Job | JobHead, bool] | Exception]) -> None:
-        """Tells observers of the jobs a committed enqueue created; wakes waiters for the due ones."""
-        self.events.publish(
-            [
-                JobEvent("enqueued", a[0].id, a[0].queue, status=a[0].status, type=a[0].type)
-                for a in answered
-                if isinstance(a, tuple) and a[1]
-            ]
-        )
-        self.events.wake_queues(
-            a[0].queue
-            for a in answered
-            if isinstance(a, tuple) and a[1] and a[0].status == JobStatus.PENDING
-        )
 
     async def _enqueue_singles(
         self, jobs: Sequence[NewJob]
@@ -159,7 +144,8 @@ class JobService:
         async for attempt in self.unit.hot():
             async with attempt as conn:
                 answered = await self._enqueue_statement(conn, jobs, singles=True)
-        self._announce_created(answered)  # after the commit: a woken claim must see the jobs
+        # After the commit: a woken claim must see the jobs.
+        self.events.created(a[0] for a in answered if isinstance(a, tuple) and a[1])
         return cast(list[tuple[Job, bool] | Exception], answered)  # whole rows: no heads
 
     async def enqueue(
@@ -210,6 +196,18 @@ class JobService:
             return outcome
         raise InvalidTransition("the idempotency key's job kept being deleted; retry")
 
+    async def enqueue_plain(self, jobs: PlainJobs, *, heads: bool = True) -> list[Job | JobHead]:
+        """Enqueues plain jobs in one statement (nothing to replay or lock); answers each."""
+        producers = self.stores.producers
+        async for attempt in self.unit.hot():
+            async with attempt as conn:
+                enqueue = producers.job_enqueue_ids if heads else producers.job_enqueue
+                rows = await enqueue(conn, jobs=jobs, defaults=self.defaults)
+        self.unit.statements["enqueue"] += 1
+        created = [row for row in rows if row is not None]  # no key: none is ever skipped
+        self.events.created(created)  # after the commit: a woken claim must see the jobs
+        return created
+
     async def _enqueue_with_callback(
         self, jobs: Sequence[NewJob], *, heads: bool
     ) -> list[tuple[Job | JobHead, bool]] | _Retry:
@@ -240,7 +238,7 @@ class JobService:
                     answered.append(last)
         except _Retry as retry:
             return retry
-        self._announce_created(answered)
+        self.events.created(row for row, created in answered if created)
         if ordering:
             await self._unstick(ordering)
         return answered
@@ -266,7 +264,8 @@ class JobService:
                     answered = [a for a in outcomes if isinstance(a, tuple)]
         except _Retry as retry:
             return retry
-        self._announce_created(answered)  # after the commit: a woken claim must see the jobs
+        # After the commit: a woken claim must see the jobs.
+        self.events.created(row for row, created in answered if created)
         if ordering:
             await self._unstick(ordering)
         return answered

@@ -77,7 +77,7 @@ class WorkflowService:
                     )
                     for i in order
                 ]
-                rows = await self.stores.jobs.job_enqueue(conn, jobs=jobs)
+                rows = await self.stores.producers.job_enqueue(conn, jobs=jobs)
         created = sorted((r for r in rows if r is not None), key=lambda r: r.id)
         self.events.publish(
             [JobEvent("enqueued", r.id, r.queue, status=r.status, type=r.type) for r in created]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -28,6 +29,8 @@ Row = Mapping[str, Any]
 def _json_default(value: object) -> str:
     if isinstance(value, uuid.UUID):
         return str(value)
+    if isinstance(value, datetime):  # orjson writes these itself; Python's encoder does not
+        return value.isoformat()
     raise TypeError(f"cannot encode {type(value).__name__} as JSON")
 
 

@@ -16,7 +16,6 @@ from app.domain.records import (
     BulkCandidate,
     Job,
     JobBlockers,
-    JobHead,
     ReapedJob,
     WorkerLeases,
 )
@@ -31,7 +30,6 @@ from app.domain.types import (
     LeaseTransition,
     LeaseUpdate,
     ListFilter,
-    NewJob,
     OpsOutcome,
 )
 from app.store.conn import Conn, Row, to_json
@@ -50,40 +48,6 @@ def _ops_outcome(rows: Sequence[Row]) -> OpsOutcome | None:
     return OpsOutcome(
         job=Job.from_row(row), changed=bool(row["changed"]), status_before=row.get("status_before")
     )
-
-
-def enqueue_params(job: NewJob) -> dict[str, Any]:
-    """A job as the enqueue statements read it (job_enqueue, schedule_run_enqueue)."""
-    params: dict[str, Any] = {
-        "queue": job.queue,
-        "type": job.type,
-        "payload": job.payload,
-        "priority": job.priority,
-        "max_attempts": job.max_attempts,
-        "lease_seconds": job.lease_seconds,
-        "timeout_seconds": job.timeout_seconds,
-        "run_at": job.run_at.isoformat() if job.run_at is not None else None,
-        "delay_seconds": job.delay_seconds,
-        "idempotency_key": job.idempotency_key,
-        "concurrency_key": job.concurrency_key,
-        "traceparent": job.traceparent,
-        "callback_url": job.callback_url,
-        "callback_key_id": job.callback_key_id,
-        "idempotency_hash": job.fingerprint if job.idempotency_key is not None else None,
-    }
-    # Composing work (migration 0021): sent only when set, so a plain job's items stay as small
-    # as before (the statement reads an absent key as NULL).
-    if job.depends_on is not None:
-        params["depends_on"] = job.depends_on
-        params["on_parent_failure"] = job.on_parent_failure
-    if job.ordering_key is not None:
-        params["ordering_key"] = job.ordering_key
-    if job.workflow_id is not None:
-        params["id"] = job.id
-        params["workflow_id"] = job.workflow_id
-        params["workflow_step"] = job.workflow_step
-        params["has_dependents"] = job.has_dependents
-    return params
 
 
 def _taken_by_position(rows: Sequence[Mapping[str, Any]]) -> dict[int, LeaseOutcome]:
@@ -137,28 +101,7 @@ class JobStore:
         # This jobq instance's name, written on the leases it grants (GET /v1/workers shows it).
         self.instance = instance
 
-    # -- producers and reads -----------------------------------------------------------------
-
-    async def job_enqueue(self, conn: Conn, *, jobs: Sequence[NewJob]) -> list[Job | None]:
-        """Inserts jobs in order; ``None`` where the job's idempotency key already exists."""
-        items = [enqueue_params(job) for job in jobs]
-        rows = await conn.fetch("job_enqueue", {"items": to_json(items)})
-        return [Job.from_row(row) if row["id"] is not None else None for row in rows]
-
-    async def job_enqueue_ids(self, conn: Conn, *, jobs: Sequence[NewJob]) -> list[JobHead | None]:
-        """As :meth:`job_enqueue`, answering only each created job's head."""
-        items = [enqueue_params(job) for job in jobs]
-        rows = await conn.fetch("job_enqueue_ids", {"items": to_json(items)})
-        return [JobHead.from_row(row) if row["id"] is not None else None for row in rows]
-
-    async def job_get_by_idempotency_keys(
-        self, conn: Conn, *, keys: Sequence[tuple[str, str]]
-    ) -> dict[tuple[str, str], Job]:
-        """The jobs holding the given (queue, idempotency_key) pairs."""
-        payload = [{"queue": q, "idempotency_key": k} for q, k in keys]
-        rows = await conn.fetch("job_get_by_idempotency_keys", {"keys": to_json(payload)})
-        jobs = [Job.from_row(row) for row in rows]
-        return {(job.queue, job.idempotency_key or ""): job for job in jobs}
+    # -- reads -----------------------------------------------------------------------------
 
     async def job_get(self, conn: Conn, *, job_id: int) -> Job | None:
         """One job by id, or ``None``."""

@@ -13,7 +13,7 @@ from typing import Any
 from app.domain.records import Job, Schedule, ScheduleAt, ScheduleTriggered, ScheduleWritten
 from app.domain.types import JobDefaults, ScheduleRun
 from app.store.conn import Conn, to_json
-from app.store.jobs import enqueue_params
+from app.store.producers import enqueue_params
 
 
 class ScheduleStore:

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import httpx
+from fastapi import FastAPI
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.api.state import app_state
 from tests.api.helpers import enqueue
+from tests.keys import Keys
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
 async def test_idempotency_key_header_replay_and_reuse(client: httpx.AsyncClient) -> None:
@@ -162,3 +168,77 @@ async def test_run_at_in_past_is_due(client: httpx.AsyncClient) -> None:
         "/v1/jobs", json={"type": "t", "run_at": "2030-01-01T00:00:00Z", "delay_seconds": 5}
     )
     assert r.status_code == 422
+
+
+async def test_a_plain_batch_stores_what_a_keyed_batch_of_the_same_jobs_stores(
+    app: FastAPI, client: httpx.AsyncClient, keys: Keys, clean_db: AsyncEngine
+) -> None:
+    # A batch without keys, parents or ordering keys is sent as its requests' own fields and
+    # the statement fills in the defaults (PlainJobs); a keyed batch goes job by job through
+    # NewJob. Both must store the same rows.
+    producer = {"Authorization": f"Bearer {keys.producer}", "traceparent": TRACEPARENT}
+    jobs: list[dict[str, Any]] = [
+        {"type": "bare"},
+        {"type": "nulls", "queue": "q", "payload": None, "max_attempts": None, "run_at": None},
+        {
+            "type": "full",
+            "queue": "q",
+            "payload": {"a": [1, "x", None]},
+            "priority": -5,
+            "run_at": "2031-02-03T04:05:06.789+01:00",
+            "max_attempts": 7,
+            "lease_seconds": 45,
+            "timeout_seconds": 90,
+            "concurrency_key": "c:1",
+            "callback_url": "https://example.com/done",
+        },
+        {"type": "later", "delay_seconds": 3600.5, "payload": "text"},
+    ]
+    plain = await client.post("/v1/jobs/batch", json={"jobs": jobs}, headers=producer)
+    keyed = await client.post(
+        "/v1/jobs/batch",
+        json={"jobs": [{**job, "idempotency_key": f"k{i}"} for i, job in enumerate(jobs)]},
+        headers=producer,
+    )
+    assert (plain.status_code, keyed.status_code) == (201, 201), (plain.text, keyed.text)
+    columns = (
+        "queue, type, payload, priority, status, max_attempts, lease_seconds, timeout_seconds,"
+        " run_at - created_at AS ahead, concurrency_key, traceparent, callback_url,"
+        " callback_key_id"
+    )
+    stored = {}
+    async with clean_db.connect() as conn:
+        for kind, keyed_or_not in (("plain", "IS NULL"), ("keyed", "IS NOT NULL")):
+            found = await conn.execute(
+                text(f"SELECT {columns} FROM jobs WHERE idempotency_key {keyed_or_not} ORDER BY id")
+            )
+            stored[kind] = [dict(row) for row in found.mappings()]
+        full_run_at = (
+            await conn.execute(text("SELECT run_at FROM jobs WHERE type = 'full' LIMIT 1"))
+        ).scalar_one()
+    for kind in ("plain", "keyed"):  # run_at - created_at: fixed run_at, created apart
+        stored[kind][2].pop("ahead")
+        later = stored[kind][3].pop("ahead")
+        assert abs(later.total_seconds() - 3600.5) < 60
+    assert stored["plain"] == stored["keyed"]
+    bare, nulls, full, later_job = stored["plain"]
+    assert (bare["queue"], bare["priority"], bare["payload"]) == ("default", 0, None)
+    defaults = app_state(app).settings
+    assert bare["max_attempts"] == nulls["max_attempts"] == defaults.max_attempts_default
+    assert bare["ahead"].total_seconds() == 0 and later_job["status"] == "scheduled"
+    assert bare["traceparent"] == TRACEPARENT and full["callback_key_id"] is not None
+    assert full_run_at.isoformat() == "2031-02-03T03:05:06.789000+00:00"
+
+
+async def test_a_plain_batch_keeps_integers_past_64_bits_beside_an_instant(
+    client: httpx.AsyncClient, clean_db: AsyncEngine
+) -> None:
+    # orjson refuses such integers, so the items are written by Python's encoder, which must
+    # then write the validated run_at too.
+    big = 2**70 + 1
+    body = {"jobs": [{"type": "t", "payload": {"n": big}, "run_at": "2031-01-01T00:00:00Z"}]}
+    r = await client.post("/v1/jobs/batch?answer=ids", json=body)
+    assert r.status_code == 201, r.text
+    async with clean_db.connect() as conn:
+        stored = (await conn.execute(text("SELECT payload->>'n', run_at FROM jobs"))).one()
+    assert stored[0] == str(big) and stored[1].isoformat() == "2031-01-01T00:00:00+00:00"

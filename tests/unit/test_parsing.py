@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from fastapi.exceptions import RequestValidationError
 
-from app.api.schemas import EnqueueRequest, request_fingerprint
+from app.api.new_jobs import request_fingerprint
+from app.api.schemas import EnqueueRequest
 from app.db import async_url
 from app.errors import InvalidInput, field_name
 from app.http.strict_json import parse_strict_json
@@ -30,6 +31,10 @@ def test_strict_json_locates_the_problem() -> None:
     assert _loc(b'{"a": [1, "\\u0000"]}') == ("body", "a", 1)
     assert _loc(b'{"a": NaN}') == ("body",)
     assert _loc(b"[" * 20 + b"]" * 20) == ("body", *[0] * 8)
+    # Past shallow siblings and through objects, to the first container past the depth.
+    deep = b'{"jobs": [{"payload": {"b": [1]}}, {"payload": {"a": [[[[[[1]]]]]]}}]}'
+    assert _loc(deep) == ("body", "jobs", 1, "payload", "a", 0, 0, 0, 0)
+    assert parse_strict_json(deep, max_depth=10)["jobs"][0] == {"payload": {"b": [1]}}
 
 
 def test_strict_json_keeps_integers_past_64_bits_exact() -> None:
