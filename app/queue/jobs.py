@@ -199,9 +199,9 @@ class JobService:
     async def enqueue_plain(self, jobs: PlainJobs, *, heads: bool = True) -> list[Job | JobHead]:
         """Enqueues plain jobs in one statement (nothing to replay or lock); answers each."""
         producers = self.stores.producers
+        enqueue = producers.job_enqueue_plain if heads else producers.job_enqueue
         async for attempt in self.unit.hot():
             async with attempt as conn:
-                enqueue = producers.job_enqueue_ids if heads else producers.job_enqueue
                 rows = await enqueue(conn, jobs=jobs, defaults=self.defaults)
         self.unit.statements["enqueue"] += 1
         created = [row for row in rows if row is not None]  # no key: none is ever skipped

@@ -85,6 +85,13 @@ class ProducerStore:
         rows = await conn.fetch("job_enqueue_ids", _statement_params(jobs, defaults))
         return [JobHead.from_row(row) if row["id"] is not None else None for row in rows]
 
+    async def job_enqueue_plain(
+        self, conn: Conn, *, jobs: PlainJobs, defaults: JobDefaults
+    ) -> list[JobHead]:
+        """As :meth:`job_enqueue_ids` for plain jobs, which no key can make skipped."""
+        rows = await conn.fetch("job_enqueue_plain", _statement_params(jobs, defaults))
+        return [JobHead.from_row(row) for row in rows]
+
     async def job_get_by_idempotency_keys(
         self, conn: Conn, *, keys: Sequence[tuple[str, str]]
     ) -> dict[tuple[str, str], Job]:

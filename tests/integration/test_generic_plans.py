@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
 from app.db import async_url, create_driver_pool, driver_dsn
-from app.domain.types import ClaimAsk, LeaseTransition, LeaseUpdate, NewJob
+from app.domain.types import ClaimAsk, LeaseTransition, LeaseUpdate, NewJob, PlainJobs
 from app.store.conn import DriverConn, Row
 from app.store.statements import statement
 from bench.plans import nodes, seed_history
@@ -104,6 +104,8 @@ async def _day_of_the_queue(svc: Any) -> None:
     """Enqueues (single, batch, keyed, delayed), claims of one and of many queues, every lease
     call, and a read of a job."""
     await svc.jobs.enqueue([NewJob(queue="hot", type="t", payload={"n": 1})])
+    # A plain batch: the request's own fields, the defaults filled in by the statement.
+    await svc.jobs.enqueue_plain(PlainJobs([{"queue": "cold", "type": "t", "payload": 2}] * 2))
     await svc.jobs.enqueue(
         [NewJob(queue="hot", type="t", idempotency_key=f"k{n}") for n in range(5)]
         + [NewJob(queue="other", type="t", delay_seconds=3600)]
@@ -185,6 +187,7 @@ async def _generic_plan(url: str, sql: str, arguments: list[Any]) -> dict[str, A
 async def test_the_scenario_ran_the_hot_statements(recorded: dict[str, list[Any]]) -> None:
     assert {
         "job_enqueue",
+        "job_enqueue_plain",
         "job_claim",
         "job_heartbeat",
         "job_complete",

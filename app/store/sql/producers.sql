@@ -30,7 +30,7 @@ WHERE (l.queue_name_max_chars, l.type_max_chars, l.idempotency_key_max_chars,
        EXCLUDED.max_attempts_default, EXCLUDED.lease_seconds_default);
 
 -- fragment: job_enqueue_insert
--- The insert of job_enqueue and job_enqueue_ids, up to what it returns.
+-- The insert of job_enqueue, job_enqueue_ids and job_enqueue_plain, up to its conflict clause.
 -- A job naming no callback_url takes its queue's default (migration 0020). The queue is looked
 -- up only while some queue has a default: the EXISTS is uncorrelated, so it runs once per
 -- statement (an InitPlan over the small queues table), and the per-item lookup under the CASE
@@ -42,8 +42,11 @@ WHERE (l.queue_name_max_chars, l.type_max_chars, l.idempotency_key_max_chars,
 WITH items AS MATERIALIZED (
     -- A workflow's steps come with ids reserved beforehand (job_ids_reserve), so that their
     -- depends_on can name each other.
+    -- The sequence is named once (an InitPlan): called per item, pg_get_serial_sequence took
+    -- a fifth of a 500-job insert.
     SELECT t.ord, t.item,
-           COALESCE((t.item->>'id')::bigint, nextval(pg_get_serial_sequence('jobs', 'id')))
+           COALESCE((t.item->>'id')::bigint,
+                    nextval((SELECT CAST(pg_get_serial_sequence('jobs', 'id') AS regclass))))
                AS new_id,
            COALESCE((t.item->>'run_at')::timestamptz,
                     now() + make_interval(secs => COALESCE((t.item->>'delay_seconds')::float8, 0)))
@@ -91,11 +94,11 @@ inserted AS (
            COALESCE((item->>'has_dependents')::boolean, false)
     FROM items
     ORDER BY ord
-    ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 
 -- name: job_enqueue
 -- Inserts jobs in order (scheduled when run_at is ahead); an item whose (queue, idempotency_key) exists is skipped and answered with no job.
 {{ job_enqueue_insert }}
+    ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING *
 )
 SELECT items.ord AS ord, inserted.*
@@ -105,10 +108,20 @@ ORDER BY items.ord;
 -- name: job_enqueue_ids
 -- As job_enqueue, answering only each created job's id, queue, type and status (the lean batch answer): no wide row to return, decode and build.
 {{ job_enqueue_insert }}
+    ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, queue, type, status
 )
 SELECT items.ord AS ord, inserted.id, inserted.queue, inserted.type, inserted.status
 FROM items LEFT JOIN inserted ON inserted.id = items.new_id
+ORDER BY items.ord;
+
+-- name: job_enqueue_plain
+-- As job_enqueue_ids for items without idempotency keys (PlainJobs): no ON CONFLICT, whose speculative insertion wrote one more WAL record per job (7 % of the statement).
+{{ job_enqueue_insert }}
+    RETURNING id, queue, type, status
+)
+SELECT items.ord AS ord, inserted.id, inserted.queue, inserted.type, inserted.status
+FROM items JOIN inserted ON inserted.id = items.new_id
 ORDER BY items.ord;
 
 -- name: job_get_by_idempotency_keys

@@ -25,7 +25,8 @@ FOR UPDATE SKIP LOCKED;
 -- enqueues can stand in for a run or keep one from being enqueued. (schedule_trigger writes
 -- schedule_name alone, with scheduled_for NULL: no mark, and never a conflict with one.)
 WITH items AS MATERIALIZED (
-    SELECT t.ord, t.item, nextval(pg_get_serial_sequence('jobs', 'id')) AS new_id,
+    SELECT t.ord, t.item,
+           nextval((SELECT CAST(pg_get_serial_sequence('jobs', 'id') AS regclass))) AS new_id,
            (t.item->>'scheduled_for')::timestamptz AS run_at
     FROM jsonb_array_elements(CAST(:items AS jsonb)) WITH ORDINALITY AS t(item, ord)
 ),

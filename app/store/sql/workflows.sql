@@ -5,7 +5,7 @@
 
 -- name: job_ids_reserve
 -- Takes :n ids from the jobs' sequence, in order, for the steps of a workflow (their depends_on name each other).
-SELECT nextval(pg_get_serial_sequence('jobs', 'id')) AS id
+SELECT nextval((SELECT CAST(pg_get_serial_sequence('jobs', 'id') AS regclass))) AS id
 FROM generate_series(1, CAST(:n AS int));
 
 -- name: job_parents_found
