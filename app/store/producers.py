@@ -50,12 +50,14 @@ def _statement_params(
     """The enqueue statements' parameters: the items, and the call-wide values that fill in
     what plain items leave out (NULL for NewJobs, whose items carry their own)."""
     if isinstance(jobs, PlainJobs):
+        if defaults is None:
+            raise ValueError("plain jobs take their defaults from the call: give defaults")
         return {
             "items": to_json(jobs.items),
             "traceparent": jobs.traceparent,
             "callback_key_id": jobs.callback_key_id,
-            "max_attempts": defaults.max_attempts if defaults else None,
-            "lease_seconds": defaults.lease_seconds if defaults else None,
+            "max_attempts": defaults.max_attempts,
+            "lease_seconds": defaults.lease_seconds,
         }
     return {
         "items": to_json([enqueue_params(job) for job in jobs]),
