@@ -4,9 +4,10 @@
 //
 // It long-polls POST /v1/claim, handles the job type "reverse" (the result is the payload string
 // reversed), fails every other type with retryable=false (so it goes to "dead" at once), and
-// completes the rest in one POST /v1/complete per batch. Jobs here take microseconds, so it sends
-// no heartbeats. SIGTERM or SIGINT aborts the pending long-poll and exits with status 0 once the
-// batch in hand is answered.
+// completes the rest in one POST /v1/complete per batch, which asks for the next batch
+// (claim_next): a busy worker makes one request per batch. Jobs here take microseconds, so it
+// sends no heartbeats. SIGTERM or SIGINT aborts the pending long-poll and exits with status 0 once
+// the batch in hand is answered (jobs the last complete handed over are released).
 //
 // Settings (environment): JOBQ_URL (default http://127.0.0.1:8000), JOBQ_QUEUES (comma separated,
 // used when no queue is given as an argument; default "default"), JOBQ_WORKER_ID (default
@@ -115,25 +116,40 @@ async function claim() {
   }
 }
 
-/** Sends one lease call (complete or fail) for a batch; a lost answer only means a later retry. */
-async function leaseCall(op, leases) {
-  if (leases.length === 0) return;
+/**
+ * Sends one lease call (complete, fail or release) for a batch; a lost answer only means a later
+ * retry. With ``claimNext`` the call also claims the next jobs, without waiting: answers them.
+ */
+async function leaseCall(op, leases, claimNext = false) {
+  if (leases.length === 0) return [];
+  const body = { worker_id: workerId, leases };
+  if (claimNext) {
+    body.claim_next = { queues, max_jobs: maxJobs };
+    if (leaseSeconds !== null) body.claim_next.lease_seconds = leaseSeconds;
+  }
   try {
-    const { results } = await post(`/v1/${op}`, { worker_id: workerId, leases });
+    const { results, claimed } = await post(`/v1/${op}`, body);
     for (const result of results) {
       if (!result.ok) log(`${op} job ${result.job_id}: ${result.error} (another worker owns it now)`);
     }
+    return claimed?.jobs ?? [];
   } catch (error) {
     // The leases stay ours until they expire; the service then hands the jobs out again.
     log(`${op} failed (${error.message}); the jobs come back when their leases expire`);
+    return [];
   }
 }
 
+const leaseRefs = (jobs) => jobs.map((job) => ({ job_id: job.id, lease_id: job.lease_id }));
+
 async function main() {
   log(`polling ${baseUrl} for queues ${queues.join(", ")}`);
+  let jobs = [];
   while (!shutdown.signal.aborted) {
-    const jobs = await claim();
-    if (jobs.length === 0) continue;
+    if (jobs.length === 0) {
+      jobs = await claim();
+      continue;
+    }
     const done = [];
     const failed = [];
     for (const job of jobs) {
@@ -149,10 +165,11 @@ async function main() {
         failed.push({ ...ref, error: errorDetail(error), retryable: !(error instanceof NonRetryableError) });
       }
     }
-    await leaseCall("complete", done);
     await leaseCall("fail", failed);
+    jobs = await leaseCall("complete", done, !shutdown.signal.aborted);
     log(`${done.length} done, ${failed.length} failed`);
   }
+  await leaseCall("release", leaseRefs(jobs));
   log("stopped");
 }
 

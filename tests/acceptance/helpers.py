@@ -59,3 +59,15 @@ async def job_rows(engine: AsyncEngine) -> dict[int, dict[str, Any]]:
             )
         )
         return {row["id"]: dict(row) for row in result.mappings()}
+
+
+def requests_served(metrics: str, route: str) -> int:
+    """The POSTs to ``route`` a server answered, from the counts of its request histogram
+    (``/metrics``)."""
+    return sum(
+        int(float(line.rsplit(" ", 1)[1]))
+        for line in metrics.splitlines()
+        if line.startswith("jobq_http_server_request_duration_seconds_count{")
+        and f'route="{route}"' in line
+        and 'method="POST"' in line
+    )

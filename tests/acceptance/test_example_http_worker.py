@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from tests.acceptance.helpers import requests_served
 from tests.polling import poll_until
 from tests.processes import REPO_ROOT, JobqServers, ProcessRegistry
 
@@ -21,17 +22,6 @@ pytestmark = pytest.mark.acceptance
 WORKER = REPO_ROOT / "examples" / "http_worker.py"
 QUEUE = "echo"
 JOBS = 45  # more than one claim of 10: the later batches come with the completes
-
-
-def _requests(metrics: str, route: str) -> int:
-    """The POSTs to ``route`` the server answered, from its request histogram's counts."""
-    return sum(
-        int(float(line.rsplit(" ", 1)[1]))
-        for line in metrics.splitlines()
-        if line.startswith("jobq_http_server_request_duration_seconds_count{")
-        and f'route="{route}"' in line
-        and 'method="POST"' in line
-    )
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -70,7 +60,10 @@ async def test_http_worker_echoes_every_job_claims_with_its_completes_and_stops_
         assert job["attempts"] == 1, job
     # Five batches of at most 10: the first claimed alone, the next ones by the completes before
     # them; the only other claims are the idle worker's long polls since.
-    claims, completes = _requests(metrics, "/v1/claim"), _requests(metrics, "/v1/complete")
+    claims, completes = (
+        requests_served(metrics, "/v1/claim"),
+        requests_served(metrics, "/v1/complete"),
+    )
     assert completes >= JOBS // 10 and claims <= 3, (claims, completes)
     async with clean_db.connect() as conn:
         workers = (

@@ -10,6 +10,7 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from tests.acceptance.helpers import requests_served
 from tests.polling import poll_until
 from tests.processes import REPO_ROOT, JobqServers, ProcessRegistry
 
@@ -60,6 +61,15 @@ async def test_node_worker_reverses_strings_kills_unknown_types_and_stops_on_sig
             return all(job["status"] in TERMINAL for job in jobs.values())
 
         await poll_until(all_finished, within=20, what="the node worker to finish every job")
+        metrics = (await http.get("/metrics")).text
+
+    # Four batches of at most 3: each complete claimed the next batch (claim_next); the last
+    # batch failed whole, so a claim followed it (and the worker parks in another since).
+    claims, completes = (
+        requests_served(metrics, "/v1/claim"),
+        requests_served(metrics, "/v1/complete"),
+    )
+    assert completes >= 3 and claims <= 3, (claims, completes)
 
     *reversed_ids, unknown_id, bad_payload_id = ids
     for job_id, word in zip(reversed_ids, WORDS, strict=True):
