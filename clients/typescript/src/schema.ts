@@ -975,6 +975,7 @@ export interface components {
             queue?: string;
             /** Type */
             type: string;
+            /** Payload */
             payload?: components["schemas"]["JsonValue"];
             /**
              * Priority
@@ -1330,6 +1331,7 @@ export interface components {
              * Format: uuid
              */
             lease_id: string;
+            /** Result */
             result?: components["schemas"]["JsonValue"];
         };
         /**
@@ -1377,6 +1379,7 @@ export interface components {
             queue?: string;
             /** Type */
             type: string;
+            /** Payload */
             payload?: components["schemas"]["JsonValue"];
             /**
              * Priority
@@ -2487,6 +2490,7 @@ export interface components {
             queue?: string;
             /** Type */
             type: string;
+            /** Payload */
             payload?: components["schemas"]["JsonValue"];
             /**
              * Priority
