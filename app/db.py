@@ -14,6 +14,7 @@ standby needs no restart.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -251,8 +252,16 @@ def _encode_jsonb(value: bytes | str) -> bytes:
     return b"\x01" + (value if isinstance(value, bytes) else value.encode())
 
 
+# A run of 19 or more digits: orjson reads an integer past 64 bits as a float, and jsonb keeps
+# such integers exactly (the request parser, app/http/strict_json.py, lets them in as they are).
+_LONG_INTEGER = re.compile(rb"\d{19,}")
+
+
 def _decode_jsonb(data: bytes) -> Any:
-    return orjson.loads(data[1:])
+    text = data[1:]
+    if _LONG_INTEGER.search(text) is None:
+        return orjson.loads(text)
+    return json.loads(text)  # exact for any integer
 
 
 async def _setup_connection(conn: Any) -> None:

@@ -242,3 +242,7 @@ async def test_a_plain_batch_keeps_integers_past_64_bits_beside_an_instant(
     async with clean_db.connect() as conn:
         stored = (await conn.execute(text("SELECT payload->>'n', run_at FROM jobs"))).one()
     assert stored[0] == str(big) and stored[1].isoformat() == "2031-01-01T00:00:00+00:00"
+    # Read back through the hot path's jsonb decoding, exactly.
+    [job_id] = r.json()["ids"]
+    read = await client.get(f"/v1/jobs/{job_id}")
+    assert read.status_code == 200 and read.json()["payload"] == {"n": big}, read.text
