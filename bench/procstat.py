@@ -16,7 +16,7 @@ PROC = Path("/proc")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def _stat_fields(pid: int) -> list[str] | None:
+def stat_fields(pid: int) -> list[str] | None:
     """The fields of ``/proc/<pid>/stat`` after the command name, or None once the process is gone."""
     try:
         text = (PROC / str(pid) / "stat").read_text()
@@ -32,7 +32,7 @@ def descendants(root: int) -> list[int]:
     for entry in PROC.iterdir():
         if not entry.name.isdigit():
             continue
-        fields = _stat_fields(int(entry.name))
+        fields = stat_fields(int(entry.name))
         if fields is not None:
             children.setdefault(int(fields[1]), []).append(int(entry.name))
     tree, todo = [], [root]
@@ -45,7 +45,7 @@ def descendants(root: int) -> list[int]:
 
 def cpu_seconds(pid: int) -> float:
     """User plus system CPU seconds one process has used so far (0.0 once it is gone)."""
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     if fields is None:
         return 0.0
     # Fields 14 and 15 of stat(5) (utime, stime); the list starts at field 3 (state).

@@ -7,11 +7,16 @@ This runs the raw-SQL baseline's statements (``bench/baseline.py``: claim then c
 job or 50 at a time; single inserts; 500-row inserts) under ``pgbench`` on copies of a database
 migrated to jobq's head, each copy with one part removed: the counter triggers, the flow
 trigger, the two (queue, state) listing indexes, the payload GIN, the BRIN, the row triggers,
-all of those at once (``bare``), and on the lean queue table (``bench/lean.py``). Variants run
-interleaved within each round, each on a freshly emptied table (pre-loaded, then VACUUM
-ANALYZE, for the drains); the figures are medians of the rounds, in jobs/s. Speed is reported,
-never asserted; the ratios within one run are what compare (this machine's figures drift
-between runs).
+all of those at once (``bare``), and on the lean queue table (``bench/lean.py``); ``capture``
+drops both statement triggers that capture transition tables on UPDATE, ``ginslow`` turns the
+payload GIN's pending list off. Variants run interleaved within each round, each on a freshly
+emptied table (pre-loaded, then VACUUM ANALYZE and a CHECKPOINT, for the drains); the figures
+are medians of the rounds. Three tables: jobs/s; the WAL bytes a job wrote
+(``pg_current_wal_lsn()`` around the run); and the CPU the server's processes spent a job,
+read from /proc when the server runs on this machine (its postmaster's own, its live
+children's, and its reaped children's cutime and cstime, read once pgbench's backends are
+gone). WAL and CPU drift far less between runs than jobs/s on a shared machine. Speed is
+reported, never asserted; the ratios within one run are what compare.
 
 It needs ``pgbench`` on the PATH (Debian: ``postgresql-client``), creates databases named
 ``jobq_parts_*`` next to the DSN's and drops them at the end.
@@ -35,6 +40,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
+from bench import procstat
 from bench.lean import CLAIM_INDEX, TABLE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,6 +72,11 @@ VARIANTS: dict[str, list[str]] = {
     "gin": GIN,
     "brin": BRIN,
     "rowtrig": ROW_TRIGGERS,
+    # Both statement triggers that capture transition tables on UPDATE: without only one of
+    # them the other still captures every updated row, old and new.
+    "capture": COUNTERS + FLOW,
+    # The payload GIN without its pending list: each row's entries go straight into the tree.
+    "ginslow": ["ALTER INDEX ix_jobs_payload SET (fastupdate = off)"],
     "bare": COUNTERS + FLOW + LISTING + GIN + BRIN + ROW_TRIGGERS,
 }
 LEAN = "lean"
@@ -152,24 +163,80 @@ async def _databases(dsn: str, variants: list[str]) -> dict[str, str]:
     return dsns
 
 
-async def _run_case(dsn: str, script: Path, clients: int, transactions: int, preload: int) -> float:
-    """pgbench's transactions per second for one case on a freshly emptied table."""
+def _postgres_cpu_seconds(postmaster: int | None) -> float | None:
+    """CPU seconds the server has used: its postmaster's own and its exited children's (cutime,
+    cstime), plus every live child's. ``None`` when the server is not on this machine."""
+    if postmaster is None:
+        return None
+    fields = procstat.stat_fields(postmaster)
+    if fields is None:
+        return None
+    # utime, stime, cutime, cstime: fields 14 to 17 of stat(5); the list starts at field 3.
+    own = sum(int(v) for v in fields[11:15]) / procstat.CLOCK_TICKS
+    children = procstat.descendants(postmaster)[1:]
+    return own + sum(procstat.cpu_seconds(pid) for pid in children)
+
+
+async def _postmaster(dsn: str) -> int | None:
+    """The server's postmaster pid, when the server runs on this machine (its backend is ours)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        backend = await conn.fetchval("SELECT pg_backend_pid()")
+    finally:
+        await conn.close()
+    fields = procstat.stat_fields(int(backend))
+    return int(fields[1]) if fields is not None else None
+
+
+async def _reaped(postmaster: int | None, before: set[int], *, deadline: float = 10.0) -> None:
+    """Waits until every server process started since ``before`` (pgbench's backends) is gone
+    from /proc: an exited backend's CPU reaches its postmaster's cutime only once reaped, and
+    until then is counted nowhere."""
+    if postmaster is None:
+        return
+    for _ in range(int(deadline / 0.02)):  # a poll with a deadline: /proc sends no event
+        if not set(procstat.descendants(postmaster)) - before:
+            return
+        await asyncio.sleep(0.02)
+
+
+async def _wal_lsn(dsn: str) -> int:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return int(await conn.fetchval("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn"))
+    finally:
+        await conn.close()
+
+
+async def _run_case(
+    dsn: str, script: Path, clients: int, transactions: int, preload: int, postmaster: int | None
+) -> tuple[float, int, float | None]:
+    """pgbench's transactions per second for one case on a freshly emptied table, with the WAL
+    bytes and the server's CPU seconds the run took."""
     await _admin(dsn, "TRUNCATE jobs")
     if preload:
         await _admin(dsn, PRELOAD.format(n=preload))
+    # A checkpoint first: each run then pays the same full-page images (the first change of
+    # each page after a checkpoint logs the whole page), not whatever the previous run left.
     await _admin(dsn, "VACUUM ANALYZE jobs")
+    await _admin(dsn, "CHECKPOINT")
     command = ["pgbench", "-n", "-c", str(clients), "-j", str(min(clients, 2))]
     command += ["-t", str(transactions), "-f", str(script), dsn]
+    wal_before, cpu_before = await _wal_lsn(dsn), _postgres_cpu_seconds(postmaster)
+    children_before = set(procstat.descendants(postmaster)) if postmaster is not None else set()
     done = await asyncio.to_thread(
         subprocess.run,
         command,
         capture_output=True,
         text=True,
     )
+    await _reaped(postmaster, children_before)
+    cpu_after, wal_after = _postgres_cpu_seconds(postmaster), await _wal_lsn(dsn)
     found = re.search(r"tps = ([\d.]+) \(without", done.stdout)
     if done.returncode != 0 or found is None:
         raise RuntimeError(f"pgbench failed: {done.stdout[-500:]} {done.stderr[-500:]}")
-    return float(found.group(1))
+    cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
+    return float(found.group(1)), wal_after - wal_before, cpu
 
 
 async def main(argv: list[str] | None = None) -> None:
@@ -189,26 +256,43 @@ async def main(argv: list[str] | None = None) -> None:
     if shutil.which("pgbench") is None:
         parser.error("pgbench is not on the PATH")
     dsns = await _databases(args.dsn, variants)
-    figures: dict[tuple[str, str], list[float]] = {}
+    postmaster = await _postmaster(args.dsn)
+    # (case, variant) -> per round: jobs/s, WAL bytes a job, server CPU microseconds a job.
+    figures: dict[tuple[str, str], list[tuple[float, float, float | None]]] = {}
     try:
         with _scripts() as scripts:
             for _ in range(args.rounds):
                 for name, _script, clients, transactions, per, preload in CASES:
+                    jobs = clients * transactions * per
                     for variant in variants:
-                        tps = await _run_case(
-                            dsns[variant], scripts[name], clients, transactions, preload
+                        tps, wal, cpu = await _run_case(
+                            dsns[variant], scripts[name], clients, transactions, preload, postmaster
                         )
-                        figures.setdefault((name, variant), []).append(tps * per)
+                        per_job_cpu = None if cpu is None else cpu / jobs * 1e6
+                        figures.setdefault((name, variant), []).append(
+                            (tps * per, wal / jobs, per_job_cpu)
+                        )
     finally:
         for variant in variants:
             await _admin(args.dsn, f'DROP DATABASE IF EXISTS "jobq_parts_{variant}" WITH (FORCE)')
+    print(f"medians of {args.rounds} rounds; 'full' is jobq's schema, each other column leaves")
+    print("out the part it names ('bare': all of them); 'lean' is bench/lean.py's table")
+    tables = [
+        ("jobs/s", 0, "{:10,.0f}"),
+        ("WAL bytes per job (each run after a CHECKPOINT)", 1, "{:10,.0f}"),
+        ("PostgreSQL CPU microseconds per job (all its processes; n/a: not local)", 2, "{:10,.0f}"),
+    ]
     width = max(len(name) for name, *_ in CASES)
-    print(f"jobs/s, medians of {args.rounds} rounds; 'full' is jobq's schema, each other column")
-    print("leaves out the part it names ('bare': all of them); 'lean' is bench/lean.py's table")
-    print("case".ljust(width) + "".join(v.rjust(10) for v in variants))
-    for name, *_ in CASES:
-        cells = "".join(f"{statistics.median(figures[(name, v)]):10,.0f}" for v in variants)
-        print(name.ljust(width) + cells)
+    for title, index, cell in tables:
+        print()
+        print(title)
+        print("case".ljust(width) + "".join(v.rjust(10) for v in variants))
+        for name, *_ in CASES:
+            row = name.ljust(width)
+            for variant in variants:
+                values = [r[index] for r in figures[(name, variant)] if r[index] is not None]
+                row += cell.format(statistics.median(values)) if values else "n/a".rjust(10)
+            print(row)
 
 
 if __name__ == "__main__":
