@@ -1,16 +1,20 @@
-"""Settle-and-claim calls take one transaction while few run, the coalescers when many do.
+"""Settle-and-claim calls: a complete without limits is one statement that concurrent calls
+share; a fail or a release takes one transaction while few run, the coalescers when many do.
 
 A call's transition and claim in one transaction share PostgreSQL's ``now()`` (the
-transaction's start), so the completed job's ``finished_at`` equals the claimed job's
+transaction's start), so the settled job's ``updated_at`` equals the claimed job's
 ``started_at``; through the coalescers they are two commits, one after the other.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+import asyncpg
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -30,7 +34,7 @@ from tests.polling import poll_until
 async def _times(engine: AsyncEngine, done: int, taken: int) -> tuple[Any, Any]:
     async with engine.connect() as conn:
         finished = await conn.scalar(
-            text("SELECT finished_at FROM jobs WHERE id = :id"), {"id": done}
+            text("SELECT updated_at FROM jobs WHERE id = :id"), {"id": done}
         )
         started = await conn.scalar(
             text("SELECT started_at FROM jobs WHERE id = :id"), {"id": taken}
@@ -38,10 +42,14 @@ async def _times(engine: AsyncEngine, done: int, taken: int) -> tuple[Any, Any]:
     return finished, started
 
 
-def _complete(svc: Services, job: Job) -> Any:
+def _complete(svc: Services, job: Job, worker_id: str = "w") -> Any:
+    return _settle(svc, job, LeaseTransition.COMPLETE, worker_id)
+
+
+def _settle(svc: Services, job: Job, transition: LeaseTransition, worker_id: str = "w") -> Any:
     return svc.chained.settle_and_claim(
-        LeaseTransition.COMPLETE,
-        worker_id="w",
+        transition,
+        worker_id=worker_id,
         key_id=None,
         items=[LeaseUpdate(job_id=job.id, lease_id=str(job.lease_id))],
         ask=ClaimAsk(queues=("default",), max_jobs=1, lease_seconds=30),
@@ -58,7 +66,7 @@ async def roomy_pool(database_url: str) -> AsyncIterator[Any]:
     await pool.close()
 
 
-async def test_calls_beyond_the_first_few_running_share_the_coalesced_statements(
+async def test_releases_beyond_the_first_few_running_share_the_coalesced_statements(
     clean_db: AsyncEngine, roomy_pool: Any
 ) -> None:
     svc = service(clean_db, roomy_pool, coalescing=CoalescingPolicy(max_in_flight=2, max_items=100))
@@ -69,19 +77,20 @@ async def test_calls_beyond_the_first_few_running_share_the_coalesced_statements
     )
     assert len(held) == few + 1
     async with clean_db.connect() as holder:
-        # The first few calls' completes wait for their rows, in transactions of their own.
+        # The first few calls' releases wait for their rows, in transactions of their own.
         await holder.execute(
             text("SELECT 1 FROM jobs WHERE id = ANY(:ids) FOR UPDATE"),
             {"ids": [job.id for job in held[:few]]},
         )
-        blocked = [asyncio.create_task(_complete(svc, job)) for job in held[:few]]
+        release = LeaseTransition.RELEASE
+        blocked = [asyncio.create_task(_settle(svc, job, release)) for job in held[:few]]
         await poll_until(
             lambda: _waiting(clean_db, few),
             within=30,
             what="the first calls waiting for their rows",
         )
-        # One more: it goes out with the coalesced completes and claims, two commits.
-        shared: Chained = await asyncio.wait_for(_complete(svc, held[few]), 30)
+        # One more: it goes out with the coalesced releases and claims, two commits.
+        shared: Chained = await asyncio.wait_for(_settle(svc, held[few], release), 30)
         assert [o.ok for o in shared.outcomes] == [True] and shared.claim_error is None
         [next_job] = shared.claimed
         finished, started = await _times(clean_db, held[few].id, next_job.id)
@@ -97,6 +106,142 @@ async def test_calls_beyond_the_first_few_running_share_the_coalesced_statements
 
 async def _waiting(engine: AsyncEngine, n: int) -> bool:
     return await lock_waiters(engine) == n
+
+
+async def test_concurrent_completes_share_one_statement_each_call_its_own_leases_and_claims(
+    clean_db: AsyncEngine, roomy_pool: Any, statements_run: list[str]
+) -> None:
+    """Calls that arrive while a complete-and-claim runs go out together in the next one: one
+    commit, each call's verdicts its own, each call's claim leased to its own worker."""
+    svc = service(clean_db, roomy_pool, coalescing=CoalescingPolicy(max_in_flight=1, max_items=100))
+    callers = 5
+    await seed_jobs(clean_db, 2 * (callers + 1))
+    first = (
+        await svc.jobs.claim(worker_id="w0", queues=["default"], max_jobs=1, lease_seconds=30)
+    )[0]
+    held = {
+        f"w{i}": (
+            await svc.jobs.claim(
+                worker_id=f"w{i}", queues=["default"], max_jobs=1, lease_seconds=30
+            )
+        )[0]
+        for i in range(1, callers + 1)
+    }
+    # A stale lease among them: its call answers lease_lost and still claims.
+    stale = dataclasses.replace(held["w3"], lease_id=uuid.uuid4())
+    statements_run.clear()
+    async with clean_db.connect() as holder:
+        # The first call's statement waits for its row, and holds the only statement in flight.
+        await holder.execute(text("SELECT 1 FROM jobs WHERE id = :id FOR UPDATE"), {"id": first.id})
+        blocked = asyncio.create_task(_complete(svc, first, "w0"))
+        await poll_until(lambda: _waiting(clean_db, 1), within=30, what="the first statement")
+        calls = {
+            worker: asyncio.create_task(_complete(svc, stale if worker == "w3" else job, worker))
+            for worker, job in held.items()
+        }
+        await poll_until(
+            lambda: _true(svc.chained.waiting(("default",)) == callers),
+            within=30,
+            what="the other calls waiting for the next statement",
+        )
+        await holder.rollback()
+    async with asyncio.timeout(30):
+        alone: Chained = await blocked
+        answers: dict[str, Chained] = {w: await task for w, task in calls.items()}
+    assert statements_run == ["job_complete_claim", "job_complete_claim", "job_lease_verdict"]
+    assert [o.ok for o in alone.outcomes] == [True] and len(alone.claimed) == 1
+    claimed = [alone.claimed[0].id]
+    expected_owners = {alone.claimed[0].id: "w0"}
+    for worker, answer in answers.items():
+        [outcome] = answer.outcomes
+        assert outcome.job_id == held[worker].id
+        assert outcome.ok == (worker != "w3"), (worker, outcome)
+        [taken] = answer.claimed
+        assert (
+            taken.worker_id == worker and taken.status == "running" and answer.claim_error is None
+        )
+        claimed.append(taken.id)
+        expected_owners[taken.id] = worker
+        finished, started = await _times(clean_db, held[worker].id, taken.id)
+        if worker != "w3":
+            assert finished == started, "its complete and its claim in one statement"
+    assert len(set(claimed)) == len(claimed) == callers + 1, "each job leased once"
+    async with clean_db.connect() as conn:
+        owners = dict(
+            (
+                await conn.execute(
+                    text("SELECT id, worker_id FROM jobs WHERE id = ANY(:ids)"), {"ids": claimed}
+                )
+            ).all()
+        )
+        states = dict(
+            (
+                await conn.execute(
+                    text("SELECT id, status FROM jobs WHERE id = ANY(:ids)"),
+                    {"ids": [job.id for job in held.values()]},
+                )
+            ).all()
+        )
+    assert owners == expected_owners
+    assert states == {
+        job.id: "running" if worker == "w3" else "succeeded" for worker, job in held.items()
+    }
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def test_a_shared_complete_that_fails_runs_again_for_each_call_on_its_own(
+    clean_db: AsyncEngine, roomy_pool: Any, statements_run: list[str]
+) -> None:
+    """One call's bad item fails that call's statement only (the others share theirs), and the
+    failing call then runs as two statements, which answer its transition's error."""
+    svc = service(clean_db, roomy_pool, coalescing=CoalescingPolicy(max_in_flight=1, max_items=100))
+    await seed_jobs(clean_db, 6)
+    first = (
+        await svc.jobs.claim(worker_id="w0", queues=["default"], max_jobs=1, lease_seconds=30)
+    )[0]
+    good = (await svc.jobs.claim(worker_id="w1", queues=["default"], max_jobs=1, lease_seconds=30))[
+        0
+    ]
+    bad = (await svc.jobs.claim(worker_id="w2", queues=["default"], max_jobs=1, lease_seconds=30))[
+        0
+    ]
+    async with clean_db.connect() as holder:
+        await holder.execute(text("SELECT 1 FROM jobs WHERE id = :id FOR UPDATE"), {"id": first.id})
+        blocked = asyncio.create_task(_complete(svc, first, "w0"))
+        await poll_until(lambda: _waiting(clean_db, 1), within=30, what="the first statement")
+        fine = asyncio.create_task(_complete(svc, good, "w1"))
+        # A result the database refuses (a NUL character has no place in jsonb text).
+        broken = asyncio.create_task(
+            svc.chained.settle_and_claim(
+                LeaseTransition.COMPLETE,
+                worker_id="w2",
+                key_id=None,
+                items=[LeaseUpdate(job_id=bad.id, lease_id=str(bad.lease_id), result="\u0000")],
+                ask=ClaimAsk(queues=("default",), max_jobs=1, lease_seconds=30),
+            )
+        )
+        await poll_until(
+            lambda: _true(svc.chained.waiting(("default",)) == 2),
+            within=30,
+            what="both calls waiting for the next statement",
+        )
+        statements_run.clear()
+        await holder.rollback()
+    async with asyncio.timeout(30):
+        await blocked
+        answer: Chained = await fine
+        with pytest.raises(asyncpg.UntranslatableCharacterError):
+            await broken
+    # The shared statement, then each call's own: the good one's, the bad one's, and the bad
+    # one's transition on its own (two statements, its claim never reached).
+    assert statements_run[:3] == ["job_complete_claim"] * 3, statements_run
+    assert [o.ok for o in answer.outcomes] == [True] and len(answer.claimed) == 1
+    async with clean_db.connect() as conn:
+        status = await conn.scalar(text("SELECT status FROM jobs WHERE id = :id"), {"id": bad.id})
+    assert status == "running"
 
 
 @pytest.fixture
