@@ -3,17 +3,22 @@
 One HTTP round trip per job for a worker that settles a job and takes the next one. A call
 runs one of three ways:
 
-- **A complete while no limit exists** is one statement, ``job_complete_claim``: the
-  completion and the claim, one round trip and one commit. Concurrent calls on the same queues
+- **A complete** is one statement, ``job_complete_claim`` (while limits exist
+  ``job_complete_claim_limited``, whose claim is ``job_claim_limited``'s): the completion and
+  the claim, one round trip and one commit. Concurrent calls on the same queues
   share it (app/queue/coalesce.py): their leases in order, then their claim slots in order
   (best jobs to the earliest call), each call answered with its own verdicts and its own
-  slots. The counter triggers are statement-level, so a statement pays them once for all its
+  slots. Under limits one such statement runs at a time, as claims do (JobService), and the
+  slots its completion frees are not its claim's (one snapshot): a call with empty slots whose
+  completion freed limited slots, or whose claim a limit refused, claims again after the
+  commit. The counter triggers
+  are statement-level, so a statement pays them once for all its
   calls: 16 workers completing one job each and taking the next took 0.74 transactions a job
   before they shared it, 0.22 since (``python -m bench``, drain 16 x 1). Should the statement
   fail, each call runs it again on its own, and a call whose own statement fails runs as
   below, in one transaction of two statements, which tell the transition's error from the
   claim's.
-- **In one transaction**, a fail or a release (or a complete while limits exist) while few
+- **In one transaction**, a fail or a release while few
   such calls run in the instance (``SHARED_FROM_RUNNING``): the transition first, with its
   ownership check and verdicts exactly as on its own (:meth:`JobService.lease_in`), then the
   claim for the same worker and key, one commit for both. Lease items a call lost answer
@@ -55,7 +60,7 @@ from app.domain.types import (
 )
 from app.errors import DatabaseUnavailable
 from app.queue.coalesce import Coalescer
-from app.queue.jobs import JobService
+from app.queue.jobs import FLOW_WINDOW, JobService
 from app.store.unit import STATEMENT_REFUSED
 
 # Other settle-and-claim calls running in the instance from which a call goes through the
@@ -104,6 +109,8 @@ class _Settled:
 
     taken: dict[int, LeaseOutcome]
     outcome: ClaimOutcome
+    # Whether the claim was job_claim_limited's (limits existed when the statement went out).
+    limited: bool
 
 
 class ChainedClaims:
@@ -138,9 +145,9 @@ class ChainedClaims:
         if transition is LeaseTransition.HEARTBEAT:
             raise ValueError("a heartbeat ends no lease: it claims nothing next")
         call = _Call(transition, worker_id, key_id, owned_by(items, worker_id, key_id), ask, stop)
-        # A complete while no limit exists shares its one statement with concurrent calls'
-        # (_complete_and_claim): the transaction of its own is that statement.
-        one_statement = transition is LeaseTransition.COMPLETE and not self.jobs.flow_active
+        # A complete shares its one statement with concurrent calls' (_complete_and_claim): the
+        # transaction of its own is that statement.
+        one_statement = transition is LeaseTransition.COMPLETE
         shared = not one_statement and self._running >= SHARED_FROM_RUNNING
         self._running += 1
         try:
@@ -194,11 +201,11 @@ class ChainedClaims:
         )
         queues = tuple(sorted(set(ask.queues)))
         slots = [ClaimSlot(worker_id, key_id, ask.lease_seconds)] * ask.max_jobs
-        settled = None
-        if transition is LeaseTransition.COMPLETE and not jobs.flow_active:
+        settled, limited = None, False
+        if transition is LeaseTransition.COMPLETE:
             settled = await self._complete_and_claim(call, queues)
         if settled is not None:
-            outcomes, changed, outcome = settled
+            outcomes, changed, outcome, limited = settled
         else:
             claiming = False
             try:
@@ -224,7 +231,10 @@ class ChainedClaims:
                 or outcome.flow_skipped
                 or outcome.flow_refused
                 # A limit appeared: job_complete_claim took nothing; the limited claim is next.
-                or (settled is not None and outcome.flow_active)
+                or (settled is not None and not limited and outcome.flow_active)
+                # The slots its completion freed were not its claim's to see (one snapshot):
+                # a claim after the commit can take them.
+                or (limited and any(o.freed_flow for o in outcomes))
             )
             wanted = ask.max_jobs - len(claimed)
             if wanted and (limits_again or (not claimed and ask.wait_seconds > 0)):
@@ -236,10 +246,11 @@ class ChainedClaims:
 
     async def _complete_and_claim(
         self, call: _Call, queues: tuple[str, ...]
-    ) -> tuple[list[LeaseOutcome], set[int], ClaimOutcome] | None:
-        """A complete and a claim as one statement, without limits (job_complete_claim): one
-        round trip and one commit, where a transaction of two statements makes four round
-        trips; concurrent calls on the same queues share it. ``None`` when the statement failed
+    ) -> tuple[list[LeaseOutcome], set[int], ClaimOutcome, bool] | None:
+        """A complete and a claim as one statement (job_complete_claim; while limits exist
+        job_complete_claim_limited, and the answer's last item says so): one round trip and one
+        commit, where a transaction of two statements makes four round trips; concurrent calls
+        on the same queues share it. ``None`` when the statement failed
         (alone: a shared one that fails runs again for each call on its own): it changed
         nothing (a statement is atomic), and the call runs as two statements, which tell the
         transition's error from the claim's."""
@@ -259,7 +270,7 @@ class ChainedClaims:
             async for attempt in jobs.unit.hot(idempotent=True):
                 async with attempt as conn:
                     outcomes = await jobs.judged(conn, LeaseTransition.COMPLETE, call.owned, taken)
-        return outcomes, set(taken), outcome
+        return outcomes, set(taken), outcome, settled.limited
 
     async def _submit_complete_claim(self, queues: tuple[str, ...], call: _Call) -> _Settled:
         """The call's share of a job_complete_claim shared with concurrent calls on ``queues``."""
@@ -273,6 +284,9 @@ class ChainedClaims:
                 max_items=min(COMPLETE_CLAIM_MAX_CALLS, coalescing.max_items),
                 shared_errors=(DatabaseUnavailable,),
             )
+        # Under limits one at a time, as the claims (JobService): a second would skip the
+        # limited rows the first holds and take nothing.
+        calls.max_in_flight = 1 if self.jobs.flow_active else coalescing.max_in_flight
         try:
             (settled,) = await calls.submit([call])
         finally:
@@ -293,11 +307,16 @@ class ChainedClaims:
             for call in calls
             for _ in range(call.ask.max_jobs)
         ]
+        limited = jobs.flow_active
         # Not idempotent: a repeat after a commit whose answer was lost would claim again.
         async for attempt in jobs.unit.hot():
             async with attempt as conn:
                 taken, outcome = await jobs.stores.jobs.job_complete_claim(
-                    conn, items=items, queues=queues, slots=slots
+                    conn,
+                    items=items,
+                    queues=queues,
+                    slots=slots,
+                    window=FLOW_WINDOW if limited else None,
                 )
         jobs.unit.statements["lease_complete"] += 1
         jobs.unit.statements["claim"] += 1
@@ -316,6 +335,7 @@ class ChainedClaims:
                     outcome=dataclasses.replace(
                         outcome, by_slot=outcome.by_slot[first_slot:last_slot]
                     ),
+                    limited=limited,
                 )
             )
             first_item, first_slot = last_item, last_slot

@@ -147,12 +147,15 @@ class JobStore:
         items: Sequence[LeaseUpdate],
         queues: Sequence[str],
         slots: Sequence[ClaimSlot],
+        window: int | None = None,
     ) -> tuple[dict[int, LeaseOutcome], ClaimOutcome]:
-        """:meth:`job_complete`, then :meth:`job_claim`, in one statement: the items taken (by
-        position) and what the claim took."""
-        params = self._claim_params(queues, slots, window=1)
+        """:meth:`job_complete`, then :meth:`job_claim` (with a ``window``:
+        :meth:`job_claim_limited`), in one statement: the items taken (by position) and what the
+        claim took."""
+        params = self._claim_params(queues, slots, window=window or 1)
         params["items"] = to_json([_lease_params(item) for item in items])
-        rows = await conn.fetch("job_complete_claim", params)
+        name = "job_complete_claim" if window is None else "job_complete_claim_limited"
+        rows = await conn.fetch(name, params)
         settled = next((r["settled"] for r in rows if r["settled"] is not None), ())
         return _taken_by_position(settled), self._claimed(rows, slots)
 

@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db import create_driver_pool
 from app.domain.records import Job
-from app.domain.types import ClaimAsk, LeaseTransition, LeaseUpdate
+from app.domain.types import ClaimAsk, LeaseTransition, LeaseUpdate, NewJob
 from app.queue.chained import SHARED_FROM_RUNNING, Chained
 from app.queue.jobs import CoalescingPolicy
 from app.queue.services import Services
@@ -315,3 +315,83 @@ async def test_a_complete_of_several_answers_each_lease_in_order_beside_several_
         (j.id, "succeeded") for j in reversed(held)
     ]
     assert len(answer.claimed) == 4 and not {j.id for j in answer.claimed} & {j.id for j in held}
+
+
+async def test_under_limits_concurrent_completes_share_the_limited_statement_within_the_limit(
+    clean_db: AsyncEngine, roomy_pool: Any, statements_run: list[str]
+) -> None:
+    """While limits exist the shared statement is job_complete_claim_limited: its claim keeps
+    every key within its limit, and a call whose completion freed a slot its claim could not
+    see (one snapshot) claims again after the commit, so each worker gets its next job."""
+    svc = service(clean_db, roomy_pool, coalescing=CoalescingPolicy(max_in_flight=2, max_items=100))
+    await svc.limits.put(
+        scope="key",
+        pattern="k*",
+        max_running=1,
+        rate_limit=None,
+        rate_per_seconds=None,
+        actor="test",
+        actor_key_id=None,
+    )
+    keys = [f"k{n}" for n in range(4)]
+    await svc.jobs.enqueue(
+        [NewJob(queue="default", type="t", concurrency_key=k) for k in keys + keys]
+    )
+    held = {}
+    for n, key in enumerate(keys):
+        [job] = await svc.jobs.claim(
+            worker_id=f"w{n}", queues=["default"], max_jobs=1, lease_seconds=30
+        )
+        assert job.concurrency_key == key
+        held[f"w{n}"] = job
+    statements_run.clear()
+    async with clean_db.connect() as holder:
+        await holder.execute(
+            text("SELECT 1 FROM jobs WHERE id = :id FOR UPDATE"), {"id": held["w0"].id}
+        )
+        blocked = asyncio.create_task(_complete(svc, held["w0"], "w0"))
+        await poll_until(lambda: _waiting(clean_db, 1), within=30, what="the first statement")
+        calls = {
+            worker: asyncio.create_task(_complete(svc, job, worker))
+            for worker, job in held.items()
+            if worker != "w0"
+        }
+        await poll_until(
+            lambda: _true(svc.chained.waiting(("default",)) == 3),
+            within=30,
+            what="the other calls waiting for the next statement",
+        )
+        await holder.rollback()
+    async with asyncio.timeout(30):
+        answers = {"w0": await blocked} | {w: await task for w, task in calls.items()}
+    assert statements_run.count("job_complete_claim_limited") == 2, statements_run
+    claimed = {}
+    for worker, answer in answers.items():
+        assert [o.ok for o in answer.outcomes] == [True], (worker, answer)
+        [taken] = answer.claimed
+        assert taken.worker_id == worker and answer.claim_error is None
+        claimed[taken.id] = taken.concurrency_key
+    assert sorted(claimed.values()) == keys, "each key's second job, once"
+    async with clean_db.connect() as conn:
+        running = dict(
+            (
+                await conn.execute(
+                    text(
+                        "SELECT concurrency_key, count(*) FROM jobs WHERE status = 'running' "
+                        "GROUP BY 1"
+                    )
+                )
+            ).all()
+        )
+        slots = dict(
+            (
+                await conn.execute(
+                    text(
+                        "SELECT f.key, f.running - COALESCE((SELECT sum(r.n) FROM flow_released r"
+                        " WHERE r.key = f.key), 0) FROM flow_state f WHERE f.key LIKE 'key:%'"
+                    )
+                )
+            ).all()
+        )
+    assert running == dict.fromkeys(keys, 1)
+    assert slots == {f"key:default|{k}": 1 for k in keys}

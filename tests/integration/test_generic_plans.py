@@ -156,8 +156,21 @@ async def _day_of_the_queue(svc: Any) -> None:
         [NewJob(queue="hot", type="t", concurrency_key=f"k{n}") for n in range(4)]
     )
     limited = await svc.jobs.claim(worker_id="w", queues=["hot"], max_jobs=3, lease_seconds=30)
+    # A complete that claims the next job within the limits, in the same statement.
+    chained = await svc.chained.settle_and_claim(
+        LeaseTransition.COMPLETE,
+        worker_id="w",
+        key_id=None,
+        items=[LeaseUpdate(job_id=limited[0].id, lease_id=str(limited[0].lease_id))],
+        ask=ClaimAsk(queues=("hot",)),
+    )
+    assert chained.claim_error is None and [o.ok for o in chained.outcomes] == [True]
     await svc.jobs.complete(
-        worker_id="w", items=[LeaseUpdate(job_id=j.id, lease_id=str(j.lease_id)) for j in limited]
+        worker_id="w",
+        items=[
+            LeaseUpdate(job_id=j.id, lease_id=str(j.lease_id))
+            for j in [*limited[1:], *chained.claimed]
+        ],
     )
 
 
@@ -196,6 +209,7 @@ async def test_the_scenario_ran_the_hot_statements(recorded: dict[str, list[Any]
         "job_release",
         "job_get",
         "job_claim_limited",
+        "job_complete_claim_limited",
     } <= set(recorded)
 
 

@@ -127,30 +127,11 @@ WITH {{ job_claim_walk }}
 SELECT c.*, EXISTS (SELECT 1 FROM flow_limits) AS flow_active
 FROM (SELECT 1) one LEFT JOIN claimed c ON true;
 
--- name: job_claim_limited
--- Leases up to :max_jobs due jobs from the given unpaused queues, best priority first, within their concurrency and rate limits, locking only the rows it takes; slot k goes to worker_ids[k] of key_ids[k] with lease_seconds[k].
--- The walk is job_claim's (the head look that shares :max_jobs among the queues, then the
--- locking walk of each queue in ix_jobs_claimable order), reading :window candidates per slot
--- and passing over the keys and queues marked full; the slots and the lease are its fragments.
---
--- Limits (flow_limits) are enforced here, in the same statement: each candidate's limited rows
--- in flow_state (its key's in its queue, "key:<queue>|<concurrency_key>", and its queue's,
--- "queue:<name>") are locked FOR UPDATE in key order, which yields their
--- newest committed version (a key's row held by another transaction is skipped, SKIP LOCKED,
--- and its jobs with it); a job is taken only while every one of its rows has a running slot
--- and a whole token left, counting the better candidates first; the rows are written back with
--- what was taken. A job over a limit is skipped, not failed, and the walk reads :window times
--- its share so that the next eligible jobs can stand in. Keys and queues whose row already says
--- "full" are skipped before anything is locked, by the share look and the walk alike (a hint
--- from the snapshot; the lock decides). A locked row whose hint was stale (a limit set again,
--- a row created empty) gets it written back, so whatever the hints said, the caller's next
--- statement passes over the jobs refused here.
--- The last row may carry no job (slot NULL): it reports flow_missing, limited rows that do not
--- exist yet (the caller creates them and claims again), flow_skipped, the keys whose rows were
--- held by others (the caller claims again, waiting for them), flow_refused, how many candidates a limit refused (for both the caller claims
--- its empty slots again), flow_refill_seconds, when the first
--- empty bucket gets a token back, and flow_active, whether any limit exists.
-WITH blocked AS MATERIALIZED (
+-- fragment: job_claim_limited_walk
+-- job_claim_limited's CTEs, from the limits that block to claimed (the leased rows) and report
+-- (what the statement says of the limits): shared with job_complete_claim_limited, which runs
+-- them after its completion in the same statement.
+blocked AS MATERIALIZED (
     -- Through two partial indexes that hold only such rows, however many keys there are.
     -- A full row with slots given back since (flow_released) is not full: the claim that locks
     -- it folds them.
@@ -443,6 +424,31 @@ report AS (
                 WHERE r.tokens < 1) w) AS flow_refill_seconds,
            EXISTS (SELECT 1 FROM flow_limits) AS flow_active
 )
+
+-- name: job_claim_limited
+-- Leases up to :max_jobs due jobs from the given unpaused queues, best priority first, within their concurrency and rate limits, locking only the rows it takes; slot k goes to worker_ids[k] of key_ids[k] with lease_seconds[k].
+-- The walk is job_claim's (the head look that shares :max_jobs among the queues, then the
+-- locking walk of each queue in ix_jobs_claimable order), reading :window candidates per slot
+-- and passing over the keys and queues marked full; the slots and the lease are its fragments.
+--
+-- Limits (flow_limits) are enforced here, in the same statement: each candidate's limited rows
+-- in flow_state (its key's in its queue, "key:<queue>|<concurrency_key>", and its queue's,
+-- "queue:<name>") are locked FOR UPDATE in key order, which yields their
+-- newest committed version (a key's row held by another transaction is skipped, SKIP LOCKED,
+-- and its jobs with it); a job is taken only while every one of its rows has a running slot
+-- and a whole token left, counting the better candidates first; the rows are written back with
+-- what was taken. A job over a limit is skipped, not failed, and the walk reads :window times
+-- its share so that the next eligible jobs can stand in. Keys and queues whose row already says
+-- "full" are skipped before anything is locked, by the share look and the walk alike (a hint
+-- from the snapshot; the lock decides). A locked row whose hint was stale (a limit set again,
+-- a row created empty) gets it written back, so whatever the hints said, the caller's next
+-- statement passes over the jobs refused here.
+-- The last row may carry no job (slot NULL): it reports flow_missing, limited rows that do not
+-- exist yet (the caller creates them and claims again), flow_skipped, the keys whose rows were
+-- held by others (the caller claims again, waiting for them), flow_refused, how many candidates a limit refused (for both the caller claims
+-- its empty slots again), flow_refill_seconds, when the first
+-- empty bucket gets a token back, and flow_active, whether any limit exists.
+WITH {{ job_claim_limited_walk }}
 SELECT c.*, r.flow_missing, r.flow_skipped, r.flow_refused, r.flow_refill_seconds,
        r.flow_active
 FROM report r LEFT JOIN claimed c ON true;
@@ -583,6 +589,24 @@ SELECT c.*, EXISTS (SELECT 1 FROM flow_limits) AS flow_active,
        CASE WHEN c.slot IS NULL OR c.slot = 1
             THEN (SELECT jsonb_agg(to_jsonb(s)) FROM settled s) END AS settled
 FROM (SELECT 1) one LEFT JOIN claimed c ON true;
+
+-- name: job_complete_claim_limited
+-- job_complete, then job_claim_limited for the workers in the same statement (one round trip, one commit); answers the claimed rows and the report as job_claim_limited does, each with the completion's answers (settled: its rows as JSON).
+-- For settle-and-claim calls (app/queue/chained.py) while limits exist. The claim's snapshot is
+-- the completion's: the slots the completion frees (flow_released, written by the flow trigger
+-- at the statement's end) are not this claim's to use, so under a limit that binds it may take
+-- fewer jobs than a claim after the commit would, and report the candidates it refused
+-- (flow_refused): the caller then claims again, as after job_claim_limited.
+WITH {{ job_complete_items }},
+settled AS (
+    {{ job_complete_update }}
+),
+{{ job_claim_limited_walk }}
+SELECT c.*, r.flow_missing, r.flow_skipped, r.flow_refused, r.flow_refill_seconds,
+       r.flow_active,
+       CASE WHEN c.slot IS NULL OR c.slot = 1
+            THEN (SELECT jsonb_agg(to_jsonb(s)) FROM settled s) END AS settled
+FROM report r LEFT JOIN claimed c ON true;
 
 -- name: job_fail
 -- Records a failed attempt of held jobs: scheduled after a backoff (pending when retry_after_seconds is 0), or dead when not retryable or out of attempts; the attempt's claim and the failure go to job_events.
