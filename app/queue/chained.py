@@ -72,11 +72,6 @@ from app.store.unit import STATEMENT_REFUSED
 SHARED_FROM_RUNNING = 4
 
 
-# Calls one shared job_complete_claim carries at most: a call brings its leases and up to
-# max_jobs claim slots, so this bounds a statement's arrays near coalesce_max_items' scale.
-COMPLETE_CLAIM_MAX_CALLS = 32
-
-
 @dataclass(frozen=True)
 class Chained:
     """What a settle-and-claim call did: the transition's verdicts, then the jobs the claim leased.
@@ -281,8 +276,10 @@ class ChainedClaims:
             calls = self._complete_claims[queues] = Coalescer(
                 lambda batch: self._complete_claim_statement(queues, batch),
                 max_in_flight=coalescing.max_in_flight,
-                max_items=min(COMPLETE_CLAIM_MAX_CALLS, coalescing.max_items),
+                # coalesce_max_items counts rows: a call brings its leases and its claim slots.
+                max_items=coalescing.max_items,
                 shared_errors=(DatabaseUnavailable,),
+                weight=lambda shared: len(shared.owned) + shared.ask.max_jobs,
             )
         # Under limits one at a time, as the claims (JobService): a second would skip the
         # limited rows the first holds and take nothing.

@@ -38,7 +38,8 @@ class Coalescer(Generic[ItemT, ResultT]):
     """Runs ``flush`` over the items of concurrent submissions, at most ``max_in_flight`` at once.
 
     ``flush(items)`` must answer one result per item, in order. ``max_items`` caps one statement;
-    a larger backlog goes out in several.
+    a larger backlog goes out in several. ``weight`` says how much of that cap an item takes
+    (default 1: an item is a row), for items that bring several rows each.
     """
 
     def __init__(
@@ -48,10 +49,12 @@ class Coalescer(Generic[ItemT, ResultT]):
         max_in_flight: int,
         max_items: int,
         shared_errors: tuple[type[Exception], ...] = (),
+        weight: Callable[[ItemT], int] | None = None,
     ) -> None:
         if max_in_flight < 1 or max_items < 1:
             raise ValueError("max_in_flight and max_items must be >= 1")
         self._flush = flush
+        self._weight = weight
         self._shared_errors = shared_errors
         self.max_in_flight = max_in_flight
         self.max_items = max_items
@@ -94,7 +97,8 @@ class Coalescer(Generic[ItemT, ResultT]):
         batch: list[_Submission[ItemT, ResultT]] = []
         count = 0
         while self._waiting:
-            size = len(self._waiting[0].items)
+            items = self._waiting[0].items
+            size = len(items) if self._weight is None else sum(map(self._weight, items))
             if batch and count + size > self.max_items:
                 break
             batch.append(self._waiting.pop(0))

@@ -98,6 +98,22 @@ async def test_a_backlog_larger_than_one_statement_goes_out_in_several() -> None
     assert run.calls[1:] == [[1, 1, 2, 2], [3, 3, 4, 4]]
 
 
+async def test_weighted_items_fill_a_statement_by_their_weight() -> None:
+    """An item that brings several rows (a settle-and-claim call: its leases and its slots)
+    takes that much of ``max_items``; one heavier than the cap still goes out, alone."""
+    run = Statements()
+    run.gate = asyncio.Event()
+    coalescer = Coalescer(run, max_in_flight=1, max_items=10, weight=lambda item: item)
+    blocker = asyncio.ensure_future(coalescer.submit([1]))
+    await poll_until(lambda: len(run.calls) == 1, what="the first statement")
+    waiting = [asyncio.ensure_future(coalescer.submit([n])) for n in (4, 5, 2, 12, 3)]
+    await poll_until(lambda: coalescer.waiting == 5, what="the backlog to queue")
+    run.gate.set()
+    await blocker
+    assert [await t for t in waiting] == [[40], [50], [20], [120], [30]]
+    assert run.calls[1:] == [[4, 5], [2], [12], [3]]
+
+
 def test_limits_are_validated() -> None:
     with pytest.raises(ValueError):
         Coalescer(Statements(), max_in_flight=0, max_items=1)
