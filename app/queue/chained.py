@@ -306,15 +306,17 @@ class ChainedClaims:
         ]
         limited = jobs.flow_active
         # Not idempotent: a repeat after a commit whose answer was lost would claim again.
+        store = jobs.stores.jobs
         async for attempt in jobs.unit.hot():
             async with attempt as conn:
-                taken, outcome = await jobs.stores.jobs.job_complete_claim(
-                    conn,
-                    items=items,
-                    queues=queues,
-                    slots=slots,
-                    window=FLOW_WINDOW if limited else None,
-                )
+                if limited:
+                    taken, outcome = await store.job_complete_claim_limited(
+                        conn, items=items, queues=queues, slots=slots, window=FLOW_WINDOW
+                    )
+                else:
+                    taken, outcome = await store.job_complete_claim(
+                        conn, items=items, queues=queues, slots=slots
+                    )
         jobs.unit.statements["lease_complete"] += 1
         jobs.unit.statements["claim"] += 1
         jobs.flow_noted(queues, outcome)

@@ -147,14 +147,45 @@ class JobStore:
         items: Sequence[LeaseUpdate],
         queues: Sequence[str],
         slots: Sequence[ClaimSlot],
-        window: int | None = None,
     ) -> tuple[dict[int, LeaseOutcome], ClaimOutcome]:
-        """:meth:`job_complete`, then :meth:`job_claim` (with a ``window``:
-        :meth:`job_claim_limited`), in one statement: the items taken (by position) and what the
-        claim took."""
-        params = self._claim_params(queues, slots, window=window or 1)
+        """:meth:`job_complete`, then :meth:`job_claim`, in one statement: the items taken (by
+        position) and what the claim took."""
+        return await self._complete_claim(
+            conn, "job_complete_claim", items=items, queues=queues, slots=slots, window=1
+        )
+
+    async def job_complete_claim_limited(
+        self,
+        conn: Conn,
+        *,
+        items: Sequence[LeaseUpdate],
+        queues: Sequence[str],
+        slots: Sequence[ClaimSlot],
+        window: int,
+    ) -> tuple[dict[int, LeaseOutcome], ClaimOutcome]:
+        """:meth:`job_complete`, then :meth:`job_claim_limited`, in one statement: the items
+        taken (by position) and what the claim took, with its report of the limits."""
+        return await self._complete_claim(
+            conn,
+            "job_complete_claim_limited",
+            items=items,
+            queues=queues,
+            slots=slots,
+            window=window,
+        )
+
+    async def _complete_claim(
+        self,
+        conn: Conn,
+        name: str,
+        *,
+        items: Sequence[LeaseUpdate],
+        queues: Sequence[str],
+        slots: Sequence[ClaimSlot],
+        window: int,
+    ) -> tuple[dict[int, LeaseOutcome], ClaimOutcome]:
+        params = self._claim_params(queues, slots, window=window)
         params["items"] = to_json([_lease_params(item) for item in items])
-        name = "job_complete_claim" if window is None else "job_complete_claim_limited"
         rows = await conn.fetch(name, params)
         settled = next((r["settled"] for r in rows if r["settled"] is not None), ())
         return _taken_by_position(settled), self._claimed(rows, slots)
