@@ -266,6 +266,8 @@ class LogSummary:
         self._requests: dict[tuple[str, str, str], tuple[int, float]] = {}
         self._jobs: dict[str, int] = {}
         self._slow = 0
+        # The instance's name (leases carry it too), set once the app's stores know it.
+        self.instance: str | None = None
 
     async def run_batch(self) -> int:
         """One tick: answers how many requests the line counted."""
@@ -312,6 +314,7 @@ class LogSummary:
                 "slow_requests": slow,
                 "routes": routes,
                 "jobs": jobs,
+                "instance": self.instance,
                 "request_id": None,
             },
         )

@@ -182,6 +182,9 @@ async def lifespan(app: FastAPI, *, logs: AppLogs) -> AsyncIterator[None]:
         settings.direct_database_url or url, connect_timeout=settings.db_connect_timeout_seconds
     )
     stores = stores_for(settings)
+    if logs.summary is not None:
+        # With --workers N the processes share a host: the summary says which one counted.
+        logs.summary.instance = stores.jobs.instance
     hub = WaiterHub()
     results = ResultHub()  # parked job reads (GET /v1/jobs/{id}?wait_seconds=)
     keys = KeyRing(engine, interval_seconds=settings.auth_refresh_seconds)

@@ -182,7 +182,9 @@ async def test_past_the_failure_budget_each_429_is_a_warning(
 async def test_jobq_serve_writes_json_lines_errors_and_a_summary_by_default(
     jobq_servers: JobqServers, clean_db: AsyncEngine
 ) -> None:
-    server = await jobq_servers.start(env={"JOBQ_LOG_FORMAT": "json"})
+    server = await jobq_servers.start(
+        env={"JOBQ_LOG_FORMAT": "json", "JOBQ_INSTANCE_NAME": "summary-host"}
+    )
     async with httpx.AsyncClient(base_url=server.url) as http:
         answer = await http.post(
             "/v1/jobs", json={"queue": "q", "type": "t"}, headers={"X-Request-Id": "p-1"}
@@ -214,6 +216,7 @@ async def test_jobq_serve_writes_json_lines_errors_and_a_summary_by_default(
     [summary] = [line for line in lines if line["event"] == "summary"]
     assert summary["routes"]["POST /v1/jobs 2xx"]["count"] == 1
     assert summary["jobs"] == {"enqueued": 1}
+    assert summary["instance"] == "summary-host"  # which of several processes counted
     assert any("Application shutdown complete" in line["message"] for line in lines)
     others = [
         line

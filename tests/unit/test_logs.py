@@ -384,6 +384,7 @@ def test_the_summary_counts_requests_per_route_and_status_slow_ones_and_job_chan
     summary = LogSummary(
         durations=durations, access=access, jobs=jobs, interval_seconds=60, clock=clock
     )
+    summary.instance = "host-a:4711"
     for seconds in (0.002, 0.004):
         durations.observe("/v1/claim", "POST", "2xx", seconds)
     durations.observe("/v1/jobs/{job_id}", "GET", "4xx", 0.001)
@@ -408,6 +409,7 @@ def test_the_summary_counts_requests_per_route_and_status_slow_ones_and_job_chan
         1,
     )
     assert line["jobs"] == {"enqueued": 2, "claimed": 2, "completed": 2}
+    assert line["instance"] == "host-a:4711"
 
     # Each line counts what happened since the last tick; a tick with nothing to count writes
     # nothing.
