@@ -60,7 +60,7 @@ from app.domain.types import (
 )
 from app.errors import DatabaseUnavailable
 from app.queue.coalesce import Coalescer
-from app.queue.jobs import FLOW_WINDOW, JobService
+from app.queue.jobs import FLOW_WINDOW, CoalescingPolicy, JobService
 from app.store.unit import STATEMENT_REFUSED
 
 # Other settle-and-claim calls running in the instance from which a call goes through the
@@ -254,7 +254,7 @@ class ChainedClaims:
             if jobs.coalescing is None:
                 (settled,) = await self._complete_claim_statement(queues, [call])
             else:
-                settled = await self._submit_complete_claim(queues, call)
+                settled = await self._submit_complete_claim(queues, call, jobs.coalescing)
         except STATEMENT_REFUSED:
             return None
         taken, outcome = settled.taken, settled.outcome
@@ -267,10 +267,10 @@ class ChainedClaims:
                     outcomes = await jobs.judged(conn, LeaseTransition.COMPLETE, call.owned, taken)
         return outcomes, set(taken), outcome, settled.limited
 
-    async def _submit_complete_claim(self, queues: tuple[str, ...], call: _Call) -> _Settled:
+    async def _submit_complete_claim(
+        self, queues: tuple[str, ...], call: _Call, coalescing: CoalescingPolicy
+    ) -> _Settled:
         """The call's share of a job_complete_claim shared with concurrent calls on ``queues``."""
-        coalescing = self.jobs.coalescing
-        assert coalescing is not None
         calls = self._complete_claims.get(queues)
         if calls is None:
             calls = self._complete_claims[queues] = Coalescer(
