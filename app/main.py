@@ -11,6 +11,7 @@ from pathlib import Path
 
 from fastapi import FastAPI
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.api import (
     flow_limits,
@@ -32,7 +33,7 @@ from app.auth.keyring import KeyRing
 from app.auth.limiter import FailureLimiter
 from app.dashboard import docs as api_docs
 from app.dashboard import router as dashboard
-from app.db import create_control_engine, create_driver_pool, create_engine
+from app.db import create_control_engine, create_driver_pool, create_engine, jit_compiles
 from app.domain.cron import ScheduleSpec
 from app.domain.types import EnqueueLimits, JobDefaults
 from app.errors import DatabaseUnavailable, brief, install_error_handlers
@@ -73,6 +74,7 @@ CONTROL_CONNECT_WAIT_SECONDS = 5.0
 logger = logging.getLogger("jobq.auth")
 producers_logger = logging.getLogger("jobq.producers")
 schedule_logger = logging.getLogger("jobq.schedules")
+db_logger = logging.getLogger("jobq.db")
 
 
 def _require_url(settings: Settings) -> str:
@@ -252,6 +254,8 @@ async def lifespan(app: FastAPI, *, logs: AppLogs) -> AsyncIterator[None]:
     )
     control.start()
     await control.wait_connected(CONTROL_CONNECT_WAIT_SECONDS)
+    if not settings.db_statement_cache:
+        await warn_if_jit(engine)
     await _publish_enqueue_limits(services, settings)
     runner.start()
     try:
@@ -288,6 +292,22 @@ async def _publish_enqueue_limits(services: Services, settings: Settings) -> Non
     except (DBAPIError, OSError, DatabaseUnavailable) as exc:
         producers_logger.warning(
             "jobq.enqueue() bounds not written (%s); it keeps the stored ones", brief(exc)
+        )
+
+
+async def warn_if_jit(engine: AsyncEngine) -> None:
+    """Behind a transaction-mode pooler jobq sets nothing per session: says so when JIT is on."""
+    try:
+        compiles = await jit_compiles(engine)
+    except (DBAPIError, OSError) as exc:
+        db_logger.warning("could not read the jit setting (%s)", brief(exc))
+        return
+    if compiles:
+        db_logger.warning(
+            "jit is on for jobq's sessions: short statements may spend hundreds of ms compiling; "
+            "turn it off for jobq's role (ALTER ROLE ... SET jit = off) or in PgBouncer's "
+            "connect_query (README, PgBouncer)",
+            extra={"event": "db.jit_on"},
         )
 
 
