@@ -139,8 +139,10 @@ NOTES = """notes:
     on the load process's monotonic clock, over every job of the run (the drain included).
   - work: asyncio.sleep(0.001) per job (about 1.1 ms with the event loop's timer): it holds the
     worker without using the load process's CPU, as busy work at these rates would.
-  - workers, each taking one job at a time: jobq, W keep-alive connections long-polling
-    POST /v1/claim (max_jobs 1, wait_seconds 5) then POST /v1/complete; lean, W connections
+  - workers, each taking one job at a time: jobq, W keep-alive connections, each completing its
+    job with claim_next (max_jobs 1, no wait: its next job in the same request, as jobq_client's
+    Worker does) and long-polling POST /v1/claim (max_jobs 1, wait_seconds 5) only when that
+    claimed none; lean, W connections
     claiming one row (FOR UPDATE SKIP LOCKED) then completing it (an UPDATE checked against the
     lease), woken by LISTEN/NOTIFY (a statement trigger notifies per insert; one listener wakes
     one idle worker per notification); PGQueuer, W QueueManagers on a connection each,

@@ -4,8 +4,10 @@ Each target enqueues one job per call from a producer client the load process ha
 ``W`` workers that record, per job, the moment its work starts and the moment it is done:
 
 - :class:`JobqTarget`: `jobq serve` over HTTP (``bench/http.py``). Producers ``POST /v1/jobs``;
-  each worker is one keep-alive connection long-polling ``POST /v1/claim`` (``max_jobs`` 1,
-  ``wait_seconds`` 5), then ``POST /v1/complete`` for its lease;
+  each worker is one keep-alive connection, as ``jobq_client``'s Worker: ``POST /v1/complete``
+  for its lease claims its next job in the same request (``claim_next``, ``max_jobs`` 1, no
+  wait), and a worker that got none long-polls ``POST /v1/claim`` (``max_jobs`` 1,
+  ``wait_seconds`` 5);
 - the lean raw-SQL queue, in ``bench/rate_lean.py`` (its own module: its table and statements);
 - :class:`PgqueuerTarget`: PGQueuer 1.6 in this process. Producers call ``Queries.enqueue`` with
   one job; each worker is one ``QueueManager`` on its own connection (as ``bench/peers.py``'s
@@ -184,6 +186,8 @@ class JobqTarget:
             await asyncio.gather(*(conn.close() for conn in conns))
 
     async def _work(self, index: int, conn: Connection, recorder: Recorder) -> None:
+        """As ``jobq_client``'s Worker: a complete claims the next job in the same request
+        (``claim_next``, no wait); only a worker that got none long-polls a claim of its own."""
         worker_id = f"bench-rate-{index}"
         claim = {
             "worker_id": worker_id,
@@ -192,39 +196,61 @@ class JobqTarget:
             "lease_seconds": LEASE_SECONDS,
             "wait_seconds": CLAIM_WAIT_SECONDS,
         }
+        claim_next = {"queues": [self.queue], "max_jobs": 1, "lease_seconds": LEASE_SECONDS}
+        jobs: list[dict[str, Any]] = []
         while True:
-            try:
-                response = await conn.post("/v1/claim", claim, time_limit=CLAIM_WAIT_SECONDS + 30)
-            except HttpError as exc:
-                self.errors.add(f"claim: {exc}")
-                await asyncio.sleep(RETRY_SECONDS)
+            if not jobs:
+                jobs = await self._claim(conn, claim)
                 continue
-            if response.status != 200:
-                self.errors.add(f"claim: HTTP {response.status}: {response.body[:300]!r}")
-                await asyncio.sleep(RETRY_SECONDS)
-                continue
-            for job in response.json()["jobs"]:
-                recorder.start(number(job["payload"]))
-                await asyncio.sleep(WORK_SECONDS)
-                lease = {"job_id": job["id"], "lease_id": job["lease_id"]}
-                await self._complete(conn, worker_id, lease, recorder)
+            job = jobs.pop()
+            recorder.start(number(job["payload"]))
+            await asyncio.sleep(WORK_SECONDS)
+            lease = {"job_id": job["id"], "lease_id": job["lease_id"]}
+            jobs = await self._complete(conn, worker_id, lease, claim_next, recorder)
+
+    async def _claim(self, conn: Connection, claim: dict[str, Any]) -> list[dict[str, Any]]:
+        """A long-polled claim's jobs (none after a pause when it failed)."""
+        try:
+            response = await conn.post("/v1/claim", claim, time_limit=CLAIM_WAIT_SECONDS + 30)
+        except HttpError as exc:
+            self.errors.add(f"claim: {exc}")
+            await asyncio.sleep(RETRY_SECONDS)
+            return []
+        if response.status != 200:
+            self.errors.add(f"claim: HTTP {response.status}: {response.body[:300]!r}")
+            await asyncio.sleep(RETRY_SECONDS)
+            return []
+        jobs: list[dict[str, Any]] = response.json()["jobs"]
+        return jobs
 
     async def _complete(
-        self, conn: Connection, worker_id: str, lease: dict[str, Any], recorder: Recorder
-    ) -> None:
+        self,
+        conn: Connection,
+        worker_id: str,
+        lease: dict[str, Any],
+        claim_next: dict[str, Any],
+        recorder: Recorder,
+    ) -> list[dict[str, Any]]:
+        """Completes the lease; the jobs its ``claim_next`` claimed."""
+        body = {"worker_id": worker_id, "leases": [lease], "claim_next": claim_next}
         try:
-            response = await conn.post("/v1/complete", {"worker_id": worker_id, "leases": [lease]})
+            response = await conn.post("/v1/complete", body)
         except HttpError as exc:
             self.errors.add(f"complete: {exc}")
-            return
+            return []
         if response.status != 200:
             self.errors.add(f"complete: HTTP {response.status}: {response.body[:300]!r}")
-            return
-        for item in response.json()["results"]:
+            return []
+        answer = response.json()
+        for item in answer["results"]:
             if item["ok"] and item["status"] == "succeeded":
                 recorder.finish(int(item["job_id"]))
             else:
                 self.errors.add(f"complete answered {item}")
+        if answer.get("claim_error") is not None:
+            self.errors.add(f"complete's claim_next: {answer['claim_error']}")
+        claimed: list[dict[str, Any]] = answer["claimed"]["jobs"]
+        return claimed
 
 
 async def connect(dsn: str, system: str, *, patient: bool = False) -> Any:
