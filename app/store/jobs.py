@@ -50,6 +50,13 @@ def _ops_outcome(rows: Sequence[Row]) -> OpsOutcome | None:
     )
 
 
+# A settle-and-claim statement's arguments and answer: the lease items, the claim's slots; the
+# items the transition took (by position) and what the claim took.
+Leases = Sequence[LeaseUpdate]
+Slots = Sequence[ClaimSlot]
+SettledClaim = tuple[dict[int, LeaseOutcome], ClaimOutcome]
+
+
 def _taken_by_position(rows: Sequence[Mapping[str, Any]]) -> dict[int, LeaseOutcome]:
     """The rows a lease transition returned (``ord``: the item's 1-based position), as outcomes
     by position. Rows read from JSON (job_complete_claim's ``settled``) carry run_at as text."""
@@ -141,51 +148,61 @@ class JobStore:
         )
 
     async def job_complete_claim(
-        self,
-        conn: Conn,
-        *,
-        items: Sequence[LeaseUpdate],
-        queues: Sequence[str],
-        slots: Sequence[ClaimSlot],
-    ) -> tuple[dict[int, LeaseOutcome], ClaimOutcome]:
+        self, conn: Conn, *, items: Leases, queues: Sequence[str], slots: Slots
+    ) -> SettledClaim:
         """:meth:`job_complete`, then :meth:`job_claim`, in one statement: the items taken (by
         position) and what the claim took."""
-        return await self._complete_claim(
-            conn, "job_complete_claim", items=items, queues=queues, slots=slots, window=1
-        )
+        return await self._settle_claim(conn, "job_complete_claim", items, queues, slots)
 
     async def job_complete_claim_limited(
-        self,
-        conn: Conn,
-        *,
-        items: Sequence[LeaseUpdate],
-        queues: Sequence[str],
-        slots: Sequence[ClaimSlot],
-        window: int,
-    ) -> tuple[dict[int, LeaseOutcome], ClaimOutcome]:
+        self, conn: Conn, *, items: Leases, queues: Sequence[str], slots: Slots, window: int
+    ) -> SettledClaim:
         """:meth:`job_complete`, then :meth:`job_claim_limited`, in one statement: the items
         taken (by position) and what the claim took, with its report of the limits."""
-        return await self._complete_claim(
-            conn,
-            "job_complete_claim_limited",
-            items=items,
-            queues=queues,
-            slots=slots,
-            window=window,
-        )
+        name = "job_complete_claim_limited"
+        return await self._settle_claim(conn, name, items, queues, slots, window)
 
-    async def _complete_claim(
+    async def job_fail_claim(
+        self, conn: Conn, *, items: Leases, queues: Sequence[str], slots: Slots
+    ) -> SettledClaim:
+        """:meth:`job_fail`, then :meth:`job_claim`, in one statement."""
+        backoff = self._backoff_params()
+        return await self._settle_claim(conn, "job_fail_claim", items, queues, slots, 1, backoff)
+
+    async def job_fail_claim_limited(
+        self, conn: Conn, *, items: Leases, queues: Sequence[str], slots: Slots, window: int
+    ) -> SettledClaim:
+        """:meth:`job_fail`, then :meth:`job_claim_limited`, in one statement."""
+        backoff = self._backoff_params()
+        name = "job_fail_claim_limited"
+        return await self._settle_claim(conn, name, items, queues, slots, window, backoff)
+
+    async def job_release_claim(
+        self, conn: Conn, *, items: Leases, queues: Sequence[str], slots: Slots
+    ) -> SettledClaim:
+        """:meth:`job_release`, then :meth:`job_claim`, in one statement."""
+        return await self._settle_claim(conn, "job_release_claim", items, queues, slots)
+
+    async def job_release_claim_limited(
+        self, conn: Conn, *, items: Leases, queues: Sequence[str], slots: Slots, window: int
+    ) -> SettledClaim:
+        """:meth:`job_release`, then :meth:`job_claim_limited`, in one statement."""
+        name = "job_release_claim_limited"
+        return await self._settle_claim(conn, name, items, queues, slots, window)
+
+    async def _settle_claim(
         self,
         conn: Conn,
         name: str,
-        *,
-        items: Sequence[LeaseUpdate],
+        items: Leases,
         queues: Sequence[str],
-        slots: Sequence[ClaimSlot],
-        window: int,
-    ) -> tuple[dict[int, LeaseOutcome], ClaimOutcome]:
+        slots: Slots,
+        window: int = 1,
+        extra: Mapping[str, Any] | None = None,
+    ) -> SettledClaim:
         params = self._claim_params(queues, slots, window=window)
         params["items"] = to_json([_lease_params(item) for item in items])
+        params.update(extra or {})
         rows = await conn.fetch(name, params)
         settled = next((r["settled"] for r in rows if r["settled"] is not None), ())
         return _taken_by_position(settled), self._claimed(rows, slots)

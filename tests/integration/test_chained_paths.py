@@ -1,9 +1,9 @@
-"""Settle-and-claim calls: a complete without limits is one statement that concurrent calls
-share; a fail or a release takes one transaction while few run, the coalescers when many do.
+"""Settle-and-claim calls: a complete, a fail or a release and its claim are one statement, which
+concurrent calls of the same transition share.
 
-A call's transition and claim in one transaction share PostgreSQL's ``now()`` (the
-transaction's start), so the settled job's ``updated_at`` equals the claimed job's
-``started_at``; through the coalescers they are two commits, one after the other.
+A call's transition and claim in one statement (or one transaction) share PostgreSQL's
+``now()`` (the transaction's start), so the settled job's ``updated_at`` equals the claimed
+job's ``started_at``; a claim after the commit comes later.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.db import create_driver_pool
 from app.domain.records import Job
 from app.domain.types import ClaimAsk, LeaseTransition, LeaseUpdate, NewJob
-from app.queue.chained import SHARED_FROM_RUNNING, Chained
+from app.queue.chained import Chained
 from app.queue.jobs import CoalescingPolicy
 from app.queue.services import Services
 from app.store.conn import DriverConn
@@ -59,60 +59,62 @@ def _settle(svc: Services, job: Job, transition: LeaseTransition, worker_id: str
 @pytest.fixture
 async def roomy_pool(database_url: str) -> AsyncIterator[Any]:
     """Room for the blocked calls' connections and the shared statements'."""
-    pool = await create_driver_pool(
-        database_url, size=SHARED_FROM_RUNNING + 4, application_name="jobq-tests"
-    )
+    pool = await create_driver_pool(database_url, size=8, application_name="jobq-tests")
     yield pool
     await pool.close()
 
 
-async def test_releases_beyond_the_first_few_running_share_the_coalesced_statements(
-    clean_db: AsyncEngine, roomy_pool: Any
+@pytest.mark.parametrize("transition", [LeaseTransition.FAIL, LeaseTransition.RELEASE])
+async def test_a_job_a_fail_or_release_makes_pending_is_claimed_after_the_commit_when_short(
+    clean_db: AsyncEngine, roomy_pool: Any, statements_run: list[str], transition: LeaseTransition
 ) -> None:
+    """The claim of the shared statement cannot see the job its transition gave back (one
+    snapshot): a call whose claim came back short claims again once it committed, as a claim
+    after the transition in the same transaction did."""
     svc = service(clean_db, roomy_pool, coalescing=CoalescingPolicy(max_in_flight=2, max_items=100))
-    few = SHARED_FROM_RUNNING
-    await seed_jobs(clean_db, 2 * (few + 1))
-    held = await svc.jobs.claim(
-        worker_id="w", queues=["default"], max_jobs=few + 1, lease_seconds=30
+    await seed_jobs(clean_db, 2)
+    held = await svc.jobs.claim(worker_id="w", queues=["default"], max_jobs=2, lease_seconds=30)
+    statements_run.clear()
+    [job, other] = held
+    answer: Chained = await svc.chained.settle_and_claim(
+        transition,
+        worker_id="w",
+        key_id=None,
+        items=[LeaseUpdate(job_id=job.id, lease_id=str(job.lease_id), retry_after_seconds=0)],
+        ask=ClaimAsk(queues=("default",), max_jobs=2, lease_seconds=30),
     )
-    assert len(held) == few + 1
-    async with clean_db.connect() as holder:
-        # The first few calls' releases wait for their rows, in transactions of their own.
-        await holder.execute(
-            text("SELECT 1 FROM jobs WHERE id = ANY(:ids) FOR UPDATE"),
-            {"ids": [job.id for job in held[:few]]},
-        )
-        release = LeaseTransition.RELEASE
-        blocked = [asyncio.create_task(_settle(svc, job, release)) for job in held[:few]]
-        await poll_until(
-            lambda: _waiting(clean_db, few),
-            within=30,
-            what="the first calls waiting for their rows",
-        )
-        # One more: it goes out with the coalesced releases and claims, two commits.
-        shared: Chained = await asyncio.wait_for(_settle(svc, held[few], release), 30)
-        assert [o.ok for o in shared.outcomes] == [True] and shared.claim_error is None
-        [next_job] = shared.claimed
-        finished, started = await _times(clean_db, held[few].id, next_job.id)
-        assert finished < started, "the claim committed after the transition, apart"
-        await holder.rollback()
-    async with asyncio.timeout(30):
-        answers: list[Chained] = [await task for task in blocked]
-    for job, answer in zip(held[:few], answers, strict=True):
-        assert [o.ok for o in answer.outcomes] == [True] and len(answer.claimed) == 1
-        finished, started = await _times(clean_db, job.id, answer.claimed[0].id)
-        assert finished == started, "transition and claim in one transaction"
+    assert [(o.job_id, o.status) for o in answer.outcomes] == [(job.id, "pending")]
+    [again] = answer.claimed
+    assert again.id == job.id and again.worker_id == "w" and again.lease_id != job.lease_id
+    assert statements_run == [f"job_{transition.value}_claim", "job_claim"]
+    # A fail charged the attempt, a release gave it back.
+    assert again.attempts == (2 if transition is LeaseTransition.FAIL else 1)
+    async with clean_db.connect() as conn:
+        status = await conn.scalar(text("SELECT status FROM jobs WHERE id = :id"), {"id": other.id})
+    assert status == "running"
 
 
 async def _waiting(engine: AsyncEngine, n: int) -> bool:
     return await lock_waiters(engine) == n
 
 
-async def test_concurrent_completes_share_one_statement_each_call_its_own_leases_and_claims(
-    clean_db: AsyncEngine, roomy_pool: Any, statements_run: list[str]
+@pytest.mark.parametrize(
+    ("transition", "settled_as"),
+    [
+        (LeaseTransition.COMPLETE, "succeeded"),
+        (LeaseTransition.FAIL, "scheduled"),
+        (LeaseTransition.RELEASE, "pending"),
+    ],
+)
+async def test_concurrent_settles_share_one_statement_each_call_its_own_leases_and_claims(
+    clean_db: AsyncEngine,
+    roomy_pool: Any,
+    statements_run: list[str],
+    transition: LeaseTransition,
+    settled_as: str,
 ) -> None:
-    """Calls that arrive while a complete-and-claim runs go out together in the next one: one
-    commit, each call's verdicts its own, each call's claim leased to its own worker."""
+    """Calls that arrive while a settle-and-claim of theirs runs go out together in the next
+    one: one commit, each call's verdicts its own, each call's claim leased to its own worker."""
     svc = service(clean_db, roomy_pool, coalescing=CoalescingPolicy(max_in_flight=1, max_items=100))
     callers = 5
     await seed_jobs(clean_db, 2 * (callers + 1))
@@ -133,14 +135,16 @@ async def test_concurrent_completes_share_one_statement_each_call_its_own_leases
     async with clean_db.connect() as holder:
         # The first call's statement waits for its row, and holds the only statement in flight.
         await holder.execute(text("SELECT 1 FROM jobs WHERE id = :id FOR UPDATE"), {"id": first.id})
-        blocked = asyncio.create_task(_complete(svc, first, "w0"))
+        blocked = asyncio.create_task(_settle(svc, first, transition, "w0"))
         await poll_until(lambda: _waiting(clean_db, 1), within=30, what="the first statement")
         calls = {
-            worker: asyncio.create_task(_complete(svc, stale if worker == "w3" else job, worker))
+            worker: asyncio.create_task(
+                _settle(svc, stale if worker == "w3" else job, transition, worker)
+            )
             for worker, job in held.items()
         }
         await poll_until(
-            lambda: _true(svc.chained.waiting(("default",)) == callers),
+            lambda: _true(svc.chained.waiting(("default",), transition) == callers),
             within=30,
             what="the other calls waiting for the next statement",
         )
@@ -148,7 +152,7 @@ async def test_concurrent_completes_share_one_statement_each_call_its_own_leases
     async with asyncio.timeout(30):
         alone: Chained = await blocked
         answers: dict[str, Chained] = {w: await task for w, task in calls.items()}
-    assert statements_run == ["job_complete_claim", "job_complete_claim", "job_lease_verdict"]
+    assert statements_run == [f"job_{transition.value}_claim"] * 2 + ["job_lease_verdict"]
     assert [o.ok for o in alone.outcomes] == [True] and len(alone.claimed) == 1
     claimed = [alone.claimed[0].id]
     expected_owners = {alone.claimed[0].id: "w0"}
@@ -164,7 +168,7 @@ async def test_concurrent_completes_share_one_statement_each_call_its_own_leases
         expected_owners[taken.id] = worker
         finished, started = await _times(clean_db, held[worker].id, taken.id)
         if worker != "w3":
-            assert finished == started, "its complete and its claim in one statement"
+            assert finished == started, "its transition and its claim in one statement"
     assert len(set(claimed)) == len(claimed) == callers + 1, "each job leased once"
     async with clean_db.connect() as conn:
         owners = dict(
@@ -184,7 +188,7 @@ async def test_concurrent_completes_share_one_statement_each_call_its_own_leases
         )
     assert owners == expected_owners
     assert states == {
-        job.id: "running" if worker == "w3" else "succeeded" for worker, job in held.items()
+        job.id: "running" if worker == "w3" else settled_as for worker, job in held.items()
     }
 
 

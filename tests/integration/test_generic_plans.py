@@ -130,9 +130,21 @@ async def _day_of_the_queue(svc: Any) -> None:
         ask=ClaimAsk(queues=("hot",)),
     )
     assert chained.claim_error is None and len(chained.claimed) == 1
-    await svc.jobs.fail(worker_id="w", items=items[2:4])
+    [taken] = chained.claimed
+    await svc.jobs.fail(worker_id="w", items=items[2:3])
     await svc.jobs.fail(worker_id="w", items=[replace(items[4], retryable=False)])
     await svc.jobs.release(worker_id="w", items=items[5:])
+    # A fail and a release that claim the next job in the same statement.
+    await svc.jobs.enqueue([NewJob(queue="hot", type="t") for _ in range(2)])
+    for transition, item in (
+        (LeaseTransition.FAIL, items[3]),
+        (LeaseTransition.RELEASE, LeaseUpdate(job_id=taken.id, lease_id=str(taken.lease_id))),
+    ):
+        settled = await svc.chained.settle_and_claim(
+            transition, worker_id="w", key_id=None, items=[item], ask=ClaimAsk(queues=("hot",))
+        )
+        assert settled.claim_error is None and [o.ok for o in settled.outcomes] == [True]
+        assert len(settled.claimed) == 1
     await svc.jobs.get(items[0].job_id)
     # Composed work: a child of a finished job, an ordered pair.
     await svc.jobs.enqueue(
@@ -167,12 +179,24 @@ async def _day_of_the_queue(svc: Any) -> None:
         ask=ClaimAsk(queues=("hot",)),
     )
     assert chained.claim_error is None and [o.ok for o in chained.outcomes] == [True]
+    # A fail and a release that claim within the limits, in the same statement.
+    held = [*chained.claimed]
+    for transition, job in (
+        (LeaseTransition.FAIL, limited[1]),
+        (LeaseTransition.RELEASE, limited[2]),
+    ):
+        settled = await svc.chained.settle_and_claim(
+            transition,
+            worker_id="w",
+            key_id=None,
+            items=[LeaseUpdate(job_id=job.id, lease_id=str(job.lease_id))],
+            ask=ClaimAsk(queues=("hot",)),
+        )
+        assert settled.claim_error is None and [o.ok for o in settled.outcomes] == [True]
+        held += settled.claimed
     await svc.jobs.complete(
         worker_id="w",
-        items=[
-            LeaseUpdate(job_id=j.id, lease_id=str(j.lease_id))
-            for j in [*limited[1:], *chained.claimed]
-        ],
+        items=[LeaseUpdate(job_id=j.id, lease_id=str(j.lease_id)) for j in held],
     )
 
 
@@ -212,6 +236,10 @@ async def test_the_scenario_ran_the_hot_statements(recorded: dict[str, list[Any]
         "job_get",
         "job_claim_limited",
         "job_complete_claim_limited",
+        "job_fail_claim",
+        "job_fail_claim_limited",
+        "job_release_claim",
+        "job_release_claim_limited",
     } <= set(recorded)
 
 

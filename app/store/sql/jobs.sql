@@ -608,9 +608,9 @@ SELECT c.*, r.flow_missing, r.flow_skipped, r.flow_refused, r.flow_refill_second
             THEN (SELECT jsonb_agg(to_jsonb(s)) FROM settled s) END AS settled
 FROM report r LEFT JOIN claimed c ON true;
 
--- name: job_fail
--- Records a failed attempt of held jobs: scheduled after a backoff (pending when retry_after_seconds is 0), or dead when not retryable or out of attempts; the attempt's claim and the failure go to job_events.
-WITH items AS MATERIALIZED (
+-- fragment: job_fail_items
+-- The items of a fail (one per lease, in request order).
+items AS MATERIALIZED (
     SELECT t.ord,
            (t.item->>'job_id')::bigint AS job_id,
            (t.item->>'lease_id')::uuid AS lease_id,
@@ -625,50 +625,54 @@ WITH items AS MATERIALIZED (
            t.item ? 'checkpoint' AS has_checkpoint,
            NULLIF(t.item->'checkpoint', 'null'::jsonb) AS checkpoint
     FROM jsonb_array_elements(CAST(:items AS jsonb)) WITH ORDINALITY AS t(item, ord)
-),
-failed AS (
-    UPDATE jobs j
-    SET status = CASE WHEN NOT (i.retryable AND j.attempts < j.max_attempts) THEN 'dead'
-                      WHEN i.retry_after_seconds = 0 THEN 'pending'
-                      ELSE 'scheduled' END,
-        run_at = CASE WHEN i.retryable AND j.attempts < j.max_attempts
-                      THEN now() + COALESCE(make_interval(secs => i.retry_after_seconds),
-                                            jobq_backoff(j.attempts, CAST(:backoff_base AS float8),
-                                                         CAST(:backoff_cap AS float8)))
-                      ELSE j.run_at END,
-        finished_at = CASE WHEN i.retryable AND j.attempts < j.max_attempts
-                           THEN NULL ELSE now() END,
-        last_error = CASE WHEN i.error_type IS NULL THEN i.error
-                          ELSE i.error_type || ': ' || i.error END,
-        errors = jobq_errors_append(
-            j.errors,
-            jsonb_strip_nulls(jsonb_build_object(
-                'attempt', j.attempts, 'at', now(), 'error', i.error, 'type', i.error_type,
-                'worker_id', j.worker_id, 'kind', 'failed')),
-            CAST(:errors_kept AS int)),
-        checkpoint = CASE WHEN i.has_checkpoint THEN i.checkpoint ELSE j.checkpoint END,
-        checkpoint_at = CASE WHEN i.has_checkpoint THEN now() ELSE j.checkpoint_at END,
-        lease_expires_at = NULL,
-        lease_ended_by = 'fail',
-        updated_at = now()
-    FROM items i
-    WHERE j.id = i.job_id AND j.lease_id = i.lease_id
-      AND j.status = 'running' AND j.worker_id = i.worker_id
-      AND j.lease_key_id IS NOT DISTINCT FROM i.key_id
-      AND (j.timeout_seconds IS NULL
-           OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
-    -- ran_seconds from now(), not finished_at: a retried attempt has no finished_at.
-    RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue, j.type,
-              EXTRACT(EPOCH FROM now() - j.started_at)::float8 AS ran_seconds,
-              j.flow_keys IS NOT NULL AS freed_flow,
-              j.started_at, j.attempts, j.worker_id, j.lease_key_id, j.lease_instance,
-              i.error, i.error_type, i.traceback, i.retryable, i.has_checkpoint
-),
+)
+
+-- fragment: job_fail_update
+-- The UPDATE of job_fail over items, answering the items it took.
+UPDATE jobs j
+SET status = CASE WHEN NOT (i.retryable AND j.attempts < j.max_attempts) THEN 'dead'
+                  WHEN i.retry_after_seconds = 0 THEN 'pending'
+                  ELSE 'scheduled' END,
+    run_at = CASE WHEN i.retryable AND j.attempts < j.max_attempts
+                  THEN now() + COALESCE(make_interval(secs => i.retry_after_seconds),
+                                        jobq_backoff(j.attempts, CAST(:backoff_base AS float8),
+                                                     CAST(:backoff_cap AS float8)))
+                  ELSE j.run_at END,
+    finished_at = CASE WHEN i.retryable AND j.attempts < j.max_attempts
+                       THEN NULL ELSE now() END,
+    last_error = CASE WHEN i.error_type IS NULL THEN i.error
+                      ELSE i.error_type || ': ' || i.error END,
+    errors = jobq_errors_append(
+        j.errors,
+        jsonb_strip_nulls(jsonb_build_object(
+            'attempt', j.attempts, 'at', now(), 'error', i.error, 'type', i.error_type,
+            'worker_id', j.worker_id, 'kind', 'failed')),
+        CAST(:errors_kept AS int)),
+    checkpoint = CASE WHEN i.has_checkpoint THEN i.checkpoint ELSE j.checkpoint END,
+    checkpoint_at = CASE WHEN i.has_checkpoint THEN now() ELSE j.checkpoint_at END,
+    lease_expires_at = NULL,
+    lease_ended_by = 'fail',
+    updated_at = now()
+FROM items i
+WHERE j.id = i.job_id AND j.lease_id = i.lease_id
+  AND j.status = 'running' AND j.worker_id = i.worker_id
+  AND j.lease_key_id IS NOT DISTINCT FROM i.key_id
+  AND (j.timeout_seconds IS NULL
+       OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
+-- ran_seconds from now(), not finished_at: a retried attempt has no finished_at.
+RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue, j.type,
+          EXTRACT(EPOCH FROM now() - j.started_at)::float8 AS ran_seconds,
+          j.flow_keys IS NOT NULL AS freed_flow,
+          j.started_at, j.attempts, j.worker_id, j.lease_key_id, j.lease_instance,
+          i.error, i.error_type, i.traceback, i.retryable, i.has_checkpoint
+
+-- fragment: job_fail_events
+-- job_fail's events, from the rows its UPDATE (settled) took: the attempt's claim and the failure.
 events AS (
     INSERT INTO job_events (job_id, at, kind, attempt, actor, actor_key_id, instance, data)
     SELECT f.job_id, e.at, e.kind, f.attempts, f.worker_id, f.lease_key_id, f.lease_instance,
            e.data
-    FROM failed f
+    FROM settled f
     CROSS JOIN LATERAL (VALUES
         ({{ job_event_claim }}),
         (now(), 'failed', jsonb_strip_nulls(jsonb_build_object(
@@ -678,11 +682,53 @@ events AS (
             'run_at', CASE WHEN f.status <> 'dead' THEN f.run_at END)))
     ) AS e(at, kind, data)
 )
-SELECT ord, job_id, status, run_at, queue, type, ran_seconds, freed_flow FROM failed;
 
--- name: job_release
--- Returns held jobs to pending (scheduled after a delay) without charging the attempt, keeping or replacing the checkpoint; the attempt's claim and the release go to job_events.
-WITH items AS MATERIALIZED (
+-- name: job_fail
+-- Records a failed attempt of held jobs: scheduled after a backoff (pending when retry_after_seconds is 0), or dead when not retryable or out of attempts; the attempt's claim and the failure go to job_events.
+WITH {{ job_fail_items }},
+settled AS (
+    {{ job_fail_update }}
+),
+{{ job_fail_events }}
+SELECT ord, job_id, status, run_at, queue, type, ran_seconds, freed_flow FROM settled;
+
+-- name: job_fail_claim
+-- job_fail, then job_claim for the worker in the same statement (one round trip, one commit); answers the claimed rows as job_claim does, each with the failure's answers (settled: its rows as JSON).
+-- As job_complete_claim. A job the failure makes pending again (retry_after_seconds 0) is not
+-- this claim's to see (one snapshot): the caller claims again when its claim came back short.
+WITH {{ job_fail_items }},
+settled AS (
+    {{ job_fail_update }}
+),
+{{ job_fail_events }},
+{{ job_claim_walk }}
+SELECT c.*, EXISTS (SELECT 1 FROM flow_limits) AS flow_active,
+       CASE WHEN c.slot IS NULL OR c.slot = 1
+            THEN (SELECT jsonb_agg(to_jsonb(s))
+                  FROM (SELECT ord, job_id, status, run_at, queue, type, ran_seconds, freed_flow
+                        FROM settled) s) END AS settled
+FROM (SELECT 1) one LEFT JOIN claimed c ON true;
+
+-- name: job_fail_claim_limited
+-- job_fail, then job_claim_limited for the workers in the same statement (one round trip, one commit); answers the claimed rows and the report as job_claim_limited does, each with the failure's answers (settled: its rows as JSON).
+-- As job_complete_claim_limited.
+WITH {{ job_fail_items }},
+settled AS (
+    {{ job_fail_update }}
+),
+{{ job_fail_events }},
+{{ job_claim_limited_walk }}
+SELECT c.*, r.flow_missing, r.flow_skipped, r.flow_refused, r.flow_refill_seconds,
+       r.flow_active,
+       CASE WHEN c.slot IS NULL OR c.slot = 1
+            THEN (SELECT jsonb_agg(to_jsonb(s))
+                  FROM (SELECT ord, job_id, status, run_at, queue, type, ran_seconds, freed_flow
+                        FROM settled) s) END AS settled
+FROM report r LEFT JOIN claimed c ON true;
+
+-- fragment: job_release_items
+-- The items of a release (one per lease, in request order).
+items AS MATERIALIZED (
     SELECT t.ord,
            (t.item->>'job_id')::bigint AS job_id,
            (t.item->>'lease_id')::uuid AS lease_id,
@@ -692,35 +738,39 @@ WITH items AS MATERIALIZED (
            t.item ? 'checkpoint' AS has_checkpoint,
            NULLIF(t.item->'checkpoint', 'null'::jsonb) AS checkpoint
     FROM jsonb_array_elements(CAST(:items AS jsonb)) WITH ORDINALITY AS t(item, ord)
-),
-released AS (
-    UPDATE jobs j
-    SET status = CASE WHEN i.delay_seconds > 0 THEN 'scheduled' ELSE 'pending' END,
-        attempts = GREATEST(j.attempts - 1, 0),
-        run_at = now() + make_interval(secs => i.delay_seconds),
-        checkpoint = CASE WHEN i.has_checkpoint THEN i.checkpoint ELSE j.checkpoint END,
-        checkpoint_at = CASE WHEN i.has_checkpoint THEN now() ELSE j.checkpoint_at END,
-        lease_expires_at = NULL,
-        lease_ended_by = 'release',
-        updated_at = now()
-    FROM items i
-    WHERE j.id = i.job_id AND j.lease_id = i.lease_id
-      AND j.status = 'running' AND j.worker_id = i.worker_id
-      AND j.lease_key_id IS NOT DISTINCT FROM i.key_id
-      -- A worker cannot dodge its timeout by releasing: the overrun attempt counts as failed.
-      AND (j.timeout_seconds IS NULL
-           OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
-    -- The attempt the worker ran is the one before the release gave it back.
-    RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue, j.type,
-              j.flow_keys IS NOT NULL AS freed_flow,
-              j.started_at, j.attempts + 1 AS attempts, j.worker_id, j.lease_key_id,
-              j.lease_instance, i.delay_seconds, i.has_checkpoint
-),
+)
+
+-- fragment: job_release_update
+-- The UPDATE of job_release over items, answering the items it took.
+UPDATE jobs j
+SET status = CASE WHEN i.delay_seconds > 0 THEN 'scheduled' ELSE 'pending' END,
+    attempts = GREATEST(j.attempts - 1, 0),
+    run_at = now() + make_interval(secs => i.delay_seconds),
+    checkpoint = CASE WHEN i.has_checkpoint THEN i.checkpoint ELSE j.checkpoint END,
+    checkpoint_at = CASE WHEN i.has_checkpoint THEN now() ELSE j.checkpoint_at END,
+    lease_expires_at = NULL,
+    lease_ended_by = 'release',
+    updated_at = now()
+FROM items i
+WHERE j.id = i.job_id AND j.lease_id = i.lease_id
+  AND j.status = 'running' AND j.worker_id = i.worker_id
+  AND j.lease_key_id IS NOT DISTINCT FROM i.key_id
+  -- A worker cannot dodge its timeout by releasing: the overrun attempt counts as failed.
+  AND (j.timeout_seconds IS NULL
+       OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
+-- The attempt the worker ran is the one before the release gave it back.
+RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue, j.type,
+          j.flow_keys IS NOT NULL AS freed_flow,
+          j.started_at, j.attempts + 1 AS attempts, j.worker_id, j.lease_key_id,
+          j.lease_instance, i.delay_seconds, i.has_checkpoint
+
+-- fragment: job_release_events
+-- job_release's events, from the rows its UPDATE (settled) took: the attempt's claim and the release.
 events AS (
     INSERT INTO job_events (job_id, at, kind, attempt, actor, actor_key_id, instance, data)
     SELECT f.job_id, e.at, e.kind, f.attempts, f.worker_id, f.lease_key_id, f.lease_instance,
            e.data
-    FROM released f
+    FROM settled f
     CROSS JOIN LATERAL (VALUES
         ({{ job_event_claim }}),
         (now(), 'released', jsonb_build_object(
@@ -728,7 +778,48 @@ events AS (
             'status', f.status, 'run_at', f.run_at))
     ) AS e(at, kind, data)
 )
-SELECT ord, job_id, status, run_at, queue, type, freed_flow FROM released;
+
+-- name: job_release
+-- Returns held jobs to pending (scheduled after a delay) without charging the attempt, keeping or replacing the checkpoint; the attempt's claim and the release go to job_events.
+WITH {{ job_release_items }},
+settled AS (
+    {{ job_release_update }}
+),
+{{ job_release_events }}
+SELECT ord, job_id, status, run_at, queue, type, freed_flow FROM settled;
+
+-- name: job_release_claim
+-- job_release, then job_claim for the worker in the same statement (one round trip, one commit); answers the claimed rows as job_claim does, each with the release's answers (settled: its rows as JSON).
+-- As job_fail_claim: the jobs released are not this claim's to see (one snapshot).
+WITH {{ job_release_items }},
+settled AS (
+    {{ job_release_update }}
+),
+{{ job_release_events }},
+{{ job_claim_walk }}
+SELECT c.*, EXISTS (SELECT 1 FROM flow_limits) AS flow_active,
+       CASE WHEN c.slot IS NULL OR c.slot = 1
+            THEN (SELECT jsonb_agg(to_jsonb(s))
+                  FROM (SELECT ord, job_id, status, run_at, queue, type, freed_flow
+                        FROM settled) s) END AS settled
+FROM (SELECT 1) one LEFT JOIN claimed c ON true;
+
+-- name: job_release_claim_limited
+-- job_release, then job_claim_limited for the workers in the same statement (one round trip, one commit); answers the claimed rows and the report as job_claim_limited does, each with the release's answers (settled: its rows as JSON).
+-- As job_complete_claim_limited. The limited walk has a CTE of its own named released.
+WITH {{ job_release_items }},
+settled AS (
+    {{ job_release_update }}
+),
+{{ job_release_events }},
+{{ job_claim_limited_walk }}
+SELECT c.*, r.flow_missing, r.flow_skipped, r.flow_refused, r.flow_refill_seconds,
+       r.flow_active,
+       CASE WHEN c.slot IS NULL OR c.slot = 1
+            THEN (SELECT jsonb_agg(to_jsonb(s))
+                  FROM (SELECT ord, job_id, status, run_at, queue, type, freed_flow
+                        FROM settled) s) END AS settled
+FROM report r LEFT JOIN claimed c ON true;
 
 -- name: job_lease_verdict
 -- For lease items a transition did not take, read after it: a replay of that same transition (answered with the job's state now), or lost; and whether this lease was cancelled or timed out.

@@ -2463,9 +2463,11 @@ export interface components {
          * @description One result per lease item, in request order; with ``claim_next``, the claim made after them.
          *
          *     The claim runs once the transition is done, for the same worker and key, whatever the
-         *     verdicts (a lost lease frees the worker's slot as well): in the same transaction when it
-         *     can answer at once and few such calls run, else after the transition committed (with the
-         *     other calls' shared statements, or as a long-poll).
+         *     verdicts (a lost lease frees the worker's slot as well): in the same statement and commit
+         *     as the transition (shared with concurrent calls'), and once more after the commit when it
+         *     came back short while the transition made jobs claimable that it could not see (a job
+         *     released, or failed with retry_after_seconds 0; slots a limit freed), or as a long-poll
+         *     when nothing was due and wait_seconds allows.
          */
         SettleResults: {
             /** Results */
