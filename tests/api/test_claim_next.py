@@ -420,8 +420,20 @@ async def test_concurrent_workers_chaining_and_not_each_job_runs_once(
     assert dict(statuses) == {"succeeded": jobs}
 
 
-async def test_under_a_concurrency_limit_the_slot_a_complete_frees_goes_to_its_claim(
-    client: httpx.AsyncClient, clean_db: AsyncEngine
+@pytest.mark.parametrize(
+    ("op", "fields", "settled_as"),
+    [
+        ("complete", {}, "succeeded"),
+        ("fail", {"error": "x", "retryable": False}, "dead"),
+        ("release", {"delay_seconds": 3600}, "scheduled"),
+    ],
+)
+async def test_under_a_concurrency_limit_the_slot_a_settle_frees_goes_to_its_claim(
+    client: httpx.AsyncClient,
+    clean_db: AsyncEngine,
+    op: str,
+    fields: dict[str, Any],
+    settled_as: str,
 ) -> None:
     r = await client.put("/v1/limits", json={"scope": "key", "pattern": "k", "max_running": 1})
     assert r.status_code in (200, 201), r.text
@@ -431,11 +443,12 @@ async def test_under_a_concurrency_limit_the_slot_a_complete_frees_goes_to_its_c
     for following in jobs[1:]:
         # Full while held: another worker gets nothing ...
         assert await claim(client, "w2", ["lim"]) == []
-        # ... and the complete frees the slot for its own claim, in the same transaction.
+        # ... and the settle frees the slot for its own claim (after its commit when the
+        # statement's own claim could not see it).
         answer = await settle(
-            client, "complete", "w1", lease(held), claim_next={"queues": ["lim"], "max_jobs": 3}
+            client, op, "w1", lease(held, **fields), claim_next={"queues": ["lim"], "max_jobs": 3}
         )
-        assert answer["results"][0]["status"] == "succeeded"
+        assert answer["results"][0]["status"] == settled_as
         [held] = answer["claimed"]["jobs"]
         assert held["id"] == following["id"]
     answer = await settle(client, "complete", "w1", lease(held), claim_next={"queues": ["lim"]})
