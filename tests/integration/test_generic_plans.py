@@ -18,6 +18,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -26,7 +27,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
 from app.db import async_url, create_driver_pool, create_engine, driver_dsn, jit_compiles
+from app.domain.cron import JobTemplate, ScheduleSpec, Timing
 from app.domain.types import ClaimAsk, LeaseTransition, LeaseUpdate, NewJob, PlainJobs
+from app.domain.workflows import StepSpec
 from app.main import warn_if_jit
 from app.store.conn import DriverConn, Row
 from app.store.statements import statement
@@ -156,6 +159,7 @@ async def _day_of_the_queue(svc: Any) -> None:
     )
     assert await svc.workflows.parent_queues([items[0].job_id]) == {items[0].job_id: "hot"}
     await svc.workflows.unstick_ordering_keys(recent_seconds=10)
+    await _composed_and_awaited(svc)
     # With a limit: the limited claim and its flow rows.
     await svc.limits.put(
         scope="key",
@@ -200,6 +204,38 @@ async def _day_of_the_queue(svc: Any) -> None:
     )
 
 
+async def _composed_and_awaited(svc: Any) -> None:
+    """A workflow of two steps, the claim that hands the second its parent's result, an awaited
+    job, and a pass of the scheduler over a due schedule: their hot statements too."""
+    view = await svc.workflows.create(
+        name="wf",
+        steps=[
+            StepSpec(name="a", after=(), job=NewJob(queue="flow", type="t")),
+            StepSpec(name="b", after=("a",), job=NewJob(queue="flow", type="t")),
+        ],
+    )
+    for _ in view.steps:
+        [step] = await svc.jobs.claim(worker_id="w", queues=["flow"], max_jobs=1, lease_seconds=30)
+        await svc.jobs.complete(
+            worker_id="w",
+            items=[LeaseUpdate(job_id=step.id, lease_id=str(step.lease_id), result=1)],
+        )
+    [(awaited, _)] = await svc.jobs.enqueue([NewJob(queue="flow", type="t")])
+    waited = await svc.results.wait(awaited.id, wait_seconds=0.05)
+    assert waited.status == "pending"
+    await svc.schedules.put(
+        "every-minute",
+        ScheduleSpec(
+            timing=Timing(cron=None, interval_seconds=60, timezone="UTC"),
+            template=JobTemplate(queue="periodic", type="tick"),
+        ),
+    )
+    ran = await svc.schedules.enqueue_runs(
+        batch_size=10, now=datetime.now(UTC) + timedelta(minutes=2)
+    )
+    assert ran.enqueued >= 1, ran
+
+
 async def _generic_plan(url: str, sql: str, arguments: list[Any]) -> dict[str, Any]:
     conn = await asyncpg.connect(driver_dsn(url))
     try:
@@ -240,6 +276,13 @@ async def test_the_scenario_ran_the_hot_statements(recorded: dict[str, list[Any]
         "job_fail_claim_limited",
         "job_release_claim",
         "job_release_claim_limited",
+        "workflow_create",
+        "job_ids_reserve",
+        "job_parent_outcomes",
+        "job_await_mark",
+        "schedule_due",
+        "schedule_advance",
+        "schedule_run_enqueue",
     } <= set(recorded)
 
 
