@@ -567,6 +567,29 @@ RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue, j.type,
           EXTRACT(EPOCH FROM now() - j.started_at)::float8 AS ran_seconds,
           j.flow_keys IS NOT NULL AS freed_flow
 
+-- fragment: job_settle_claim_answer
+-- What a settle-and-claim statement answers while no limit exists: job_claim's rows, each with
+-- the transition's answers (settled: ord, job_id, status, run_at, queue, type, ran_seconds,
+-- freed_flow of the rows its UPDATE took, as JSON).
+SELECT c.*, EXISTS (SELECT 1 FROM flow_limits) AS flow_active,
+       -- Once, on the first slot's row (or the one row when nothing was claimed): repeated on
+       -- every row, a claim of 50 sent and decoded the completion's 50 answers 50 times.
+       CASE WHEN c.slot IS NULL OR c.slot = 1
+            THEN (SELECT jsonb_agg(to_jsonb(s))
+                  FROM (SELECT ord, job_id, status, run_at, queue, type, ran_seconds, freed_flow
+                        FROM settled) s) END AS settled
+FROM (SELECT 1) one LEFT JOIN claimed c ON true;
+
+-- fragment: job_settle_claim_limited_answer
+-- The same under limits: job_claim_limited's rows and report, each with the transition's answers.
+SELECT c.*, r.flow_missing, r.flow_skipped, r.flow_refused, r.flow_refill_seconds,
+       r.flow_active,
+       CASE WHEN c.slot IS NULL OR c.slot = 1
+            THEN (SELECT jsonb_agg(to_jsonb(s))
+                  FROM (SELECT ord, job_id, status, run_at, queue, type, ran_seconds, freed_flow
+                        FROM settled) s) END AS settled
+FROM report r LEFT JOIN claimed c ON true;
+
 -- name: job_complete
 -- Marks held jobs succeeded with their result, unless the attempt ran past its timeout; answers only the items it took.
 WITH {{ job_complete_items }}
@@ -583,12 +606,7 @@ settled AS (
     {{ job_complete_update }}
 ),
 {{ job_claim_walk }}
-SELECT c.*, EXISTS (SELECT 1 FROM flow_limits) AS flow_active,
-       -- Once, on the first slot's row (or the one row when nothing was claimed): repeated on
-       -- every row, a claim of 50 sent and decoded the completion's 50 answers 50 times.
-       CASE WHEN c.slot IS NULL OR c.slot = 1
-            THEN (SELECT jsonb_agg(to_jsonb(s)) FROM settled s) END AS settled
-FROM (SELECT 1) one LEFT JOIN claimed c ON true;
+{{ job_settle_claim_answer }}
 
 -- name: job_complete_claim_limited
 -- job_complete, then job_claim_limited for the workers in the same statement (one round trip, one commit); answers the claimed rows and the report as job_claim_limited does, each with the completion's answers (settled: its rows as JSON).
@@ -602,11 +620,7 @@ settled AS (
     {{ job_complete_update }}
 ),
 {{ job_claim_limited_walk }}
-SELECT c.*, r.flow_missing, r.flow_skipped, r.flow_refused, r.flow_refill_seconds,
-       r.flow_active,
-       CASE WHEN c.slot IS NULL OR c.slot = 1
-            THEN (SELECT jsonb_agg(to_jsonb(s)) FROM settled s) END AS settled
-FROM report r LEFT JOIN claimed c ON true;
+{{ job_settle_claim_limited_answer }}
 
 -- fragment: job_fail_items
 -- The items of a fail (one per lease, in request order).
@@ -702,12 +716,7 @@ settled AS (
 ),
 {{ job_fail_events }},
 {{ job_claim_walk }}
-SELECT c.*, EXISTS (SELECT 1 FROM flow_limits) AS flow_active,
-       CASE WHEN c.slot IS NULL OR c.slot = 1
-            THEN (SELECT jsonb_agg(to_jsonb(s))
-                  FROM (SELECT ord, job_id, status, run_at, queue, type, ran_seconds, freed_flow
-                        FROM settled) s) END AS settled
-FROM (SELECT 1) one LEFT JOIN claimed c ON true;
+{{ job_settle_claim_answer }}
 
 -- name: job_fail_claim_limited
 -- job_fail, then job_claim_limited for the workers in the same statement (one round trip, one commit); answers the claimed rows and the report as job_claim_limited does, each with the failure's answers (settled: its rows as JSON).
@@ -718,13 +727,7 @@ settled AS (
 ),
 {{ job_fail_events }},
 {{ job_claim_limited_walk }}
-SELECT c.*, r.flow_missing, r.flow_skipped, r.flow_refused, r.flow_refill_seconds,
-       r.flow_active,
-       CASE WHEN c.slot IS NULL OR c.slot = 1
-            THEN (SELECT jsonb_agg(to_jsonb(s))
-                  FROM (SELECT ord, job_id, status, run_at, queue, type, ran_seconds, freed_flow
-                        FROM settled) s) END AS settled
-FROM report r LEFT JOIN claimed c ON true;
+{{ job_settle_claim_limited_answer }}
 
 -- fragment: job_release_items
 -- The items of a release (one per lease, in request order).
@@ -760,7 +763,7 @@ WHERE j.id = i.job_id AND j.lease_id = i.lease_id
        OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
 -- The attempt the worker ran is the one before the release gave it back.
 RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue, j.type,
-          j.flow_keys IS NOT NULL AS freed_flow,
+          NULL::float8 AS ran_seconds, j.flow_keys IS NOT NULL AS freed_flow,
           j.started_at, j.attempts + 1 AS attempts, j.worker_id, j.lease_key_id,
           j.lease_instance, i.delay_seconds, i.has_checkpoint
 
@@ -797,12 +800,7 @@ settled AS (
 ),
 {{ job_release_events }},
 {{ job_claim_walk }}
-SELECT c.*, EXISTS (SELECT 1 FROM flow_limits) AS flow_active,
-       CASE WHEN c.slot IS NULL OR c.slot = 1
-            THEN (SELECT jsonb_agg(to_jsonb(s))
-                  FROM (SELECT ord, job_id, status, run_at, queue, type, freed_flow
-                        FROM settled) s) END AS settled
-FROM (SELECT 1) one LEFT JOIN claimed c ON true;
+{{ job_settle_claim_answer }}
 
 -- name: job_release_claim_limited
 -- job_release, then job_claim_limited for the workers in the same statement (one round trip, one commit); answers the claimed rows and the report as job_claim_limited does, each with the release's answers (settled: its rows as JSON).
@@ -813,13 +811,7 @@ settled AS (
 ),
 {{ job_release_events }},
 {{ job_claim_limited_walk }}
-SELECT c.*, r.flow_missing, r.flow_skipped, r.flow_refused, r.flow_refill_seconds,
-       r.flow_active,
-       CASE WHEN c.slot IS NULL OR c.slot = 1
-            THEN (SELECT jsonb_agg(to_jsonb(s))
-                  FROM (SELECT ord, job_id, status, run_at, queue, type, freed_flow
-                        FROM settled) s) END AS settled
-FROM report r LEFT JOIN claimed c ON true;
+{{ job_settle_claim_limited_answer }}
 
 -- name: job_lease_verdict
 -- For lease items a transition did not take, read after it: a replay of that same transition (answered with the job's state now), or lost; and whether this lease was cancelled or timed out.
