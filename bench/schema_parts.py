@@ -1,6 +1,7 @@
 """What each part of jobq's schema costs the raw queue statements, one part left out at a time.
 
     python -m bench.schema_parts --dsn postgresql://postgres@127.0.0.1:5432/test [--rounds 3]
+        [--protocol prepared|simple] [--variants full,bare,lean,...]
 
 Issue 22 asks what each part of the ``jobs`` schema costs a claim, a complete and an enqueue.
 This runs the raw-SQL baseline's statements (``bench/baseline.py``: claim then complete, one
@@ -9,7 +10,8 @@ migrated to jobq's head, each copy with one part removed: the counter triggers, 
 trigger, the two (queue, state) listing indexes, the payload GIN, the BRIN, the row triggers,
 all of those at once (``bare``), and on the lean queue table (``bench/lean.py``); ``capture``
 drops both statement triggers that capture transition tables on UPDATE, ``ginslow`` turns the
-payload GIN's pending list off. Variants run interleaved within each round, each on a freshly
+payload GIN's pending list off. The ``lean+`` variants go the other way: the lean table with
+the cheapest form of a part every production queue needs (``LEAN_PLUS``). Variants run interleaved within each round, each on a freshly
 emptied table (pre-loaded, then VACUUM ANALYZE and a CHECKPOINT, for the drains); the figures
 are medians of the rounds. Three tables: jobs/s; the WAL bytes a job wrote
 (``pg_current_wal_lsn()`` around the run); and the CPU the server's processes spent a job,
@@ -17,6 +19,12 @@ read from /proc when the server runs on this machine (its postmaster's own, its 
 children's, and its reaped children's cutime and cstime, read once pgbench's backends are
 gone). WAL and CPU drift far less between runs than jobs/s on a shared machine. Speed is
 reported, never asserted; the ratios within one run are what compare.
+
+By default pgbench runs the statements as jobq's hot pool does (``app/db.py``): prepared once
+per session, with ``plan_cache_mode = force_generic_plan`` and ``jit = off``. ``--protocol
+simple`` sends each as text, parsed and planned on every call, as a client without prepared
+statements does: there planning grows with the indexes a table has (every index is opened and
+each partial index's predicate tested), which the hot pool never pays.
 
 It needs ``pgbench`` on the PATH (Debian: ``postgresql-client``), creates databases named
 ``jobq_parts_*`` next to the DSN's and drops them at the end.
@@ -80,6 +88,48 @@ VARIANTS: dict[str, list[str]] = {
     "bare": COUNTERS + FLOW + LISTING + GIN + BRIN + ROW_TRIGGERS,
 }
 LEAN = "lean"
+# The lean table with the parts any queue with listings, lease expiry, pruning and exact counts
+# needs, in their cheapest form, on the lean table alone: a listing index by queue and state, the
+# reaper's and the pruner's partial indexes, and counts kept by a statement trigger that appends
+# one netted row per (queue, state) moved. They say how far below the lean table a queue with
+# those features starts, whatever the rest of its design (issue 22's target of 0.7).
+_LISTING = "CREATE INDEX jobs_listing ON jobs (queue, status, id)"
+_REAPER = "CREATE INDEX jobs_running ON jobs (lease_expires_at) WHERE status = 'running'"
+_PRUNER = (
+    "CREATE INDEX jobs_finished ON jobs (finished_at)"
+    " WHERE status IN ('succeeded', 'dead', 'cancelled')"
+)
+_COUNTS = [
+    "CREATE TABLE counts (queue text NOT NULL, status text NOT NULL, jobs bigint NOT NULL)",
+    """CREATE FUNCTION counts_updated() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        INSERT INTO counts (queue, status, jobs)
+        SELECT queue, status, sum(d) FROM (
+            SELECT queue, status, -1 AS d FROM old_rows
+            UNION ALL
+            SELECT queue, status, 1 FROM new_rows
+        ) moved
+        GROUP BY queue, status HAVING sum(d) <> 0;
+        RETURN NULL;
+    END $$""",
+    """CREATE FUNCTION counts_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        INSERT INTO counts (queue, status, jobs)
+        SELECT queue, status, count(*) FROM new_rows GROUP BY queue, status;
+        RETURN NULL;
+    END $$""",
+    "CREATE TRIGGER counts_updated AFTER UPDATE ON jobs"
+    " REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows"
+    " FOR EACH STATEMENT EXECUTE FUNCTION counts_updated()",
+    "CREATE TRIGGER counts_inserted AFTER INSERT ON jobs REFERENCING NEW TABLE AS new_rows"
+    " FOR EACH STATEMENT EXECUTE FUNCTION counts_inserted()",
+]
+LEAN_PLUS: dict[str, list[str]] = {
+    "lean+listing": [_LISTING],
+    "lean+counts": _COUNTS,
+    "lean+essential": [_LISTING, _REAPER, _PRUNER, *_COUNTS],
+}
+LEANS = [LEAN, *LEAN_PLUS]
 
 _CLAIM = """WITH picked AS (SELECT id FROM jobs WHERE queue = 'q' AND status = 'pending'
 ORDER BY priority DESC, run_at, id LIMIT {n} FOR UPDATE SKIP LOCKED),
@@ -122,12 +172,23 @@ async def _admin(dsn: str, sql: str) -> None:
         await conn.close()
 
 
+# How pgbench sends the statements: "prepared" as jobq's hot pool does (app/db.py: one generic
+# plan per statement, JIT off), "simple" as text planned on every call.
+PROTOCOLS = {
+    "prepared": "-c plan_cache_mode=force_generic_plan -c jit=off",
+    "simple": "-c jit=off",
+}
+
+
 @contextlib.contextmanager
-def _scripts() -> Iterator[dict[str, Path]]:
+def _scripts(protocol: str) -> Iterator[dict[str, Path]]:
     with tempfile.TemporaryDirectory(prefix="jobq-parts-") as folder:
         paths = {}
         for index, (name, script, *_) in enumerate(CASES):
             path = Path(folder) / f"case{index}.sql"
+            if protocol == "prepared":
+                # A variable is bound as a parameter there, not pasted into the text as a literal.
+                script = script.replace("':ids'", ":ids").replace("':lids'", ":lids")
             path.write_text(script)
             paths[name] = path
         yield paths
@@ -150,10 +211,10 @@ async def _databases(dsn: str, variants: list[str]) -> dict[str, str]:
     for variant in variants:
         name = f"jobq_parts_{variant}"
         await _admin(dsn, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        if variant == LEAN:
+        if variant in LEANS:
             await _admin(dsn, f'CREATE DATABASE "{name}"')
-            await _admin(_dsn_of(dsn, name), TABLE)
-            await _admin(_dsn_of(dsn, name), CLAIM_INDEX)
+            for statement in [TABLE, CLAIM_INDEX, *LEAN_PLUS.get(variant, [])]:
+                await _admin(_dsn_of(dsn, name), statement)
         else:
             await _admin(dsn, f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
             for statement in VARIANTS[variant]:
@@ -209,7 +270,13 @@ async def _wal_lsn(dsn: str) -> int:
 
 
 async def _run_case(
-    dsn: str, script: Path, clients: int, transactions: int, preload: int, postmaster: int | None
+    dsn: str,
+    script: Path,
+    clients: int,
+    transactions: int,
+    preload: int,
+    postmaster: int | None,
+    protocol: str,
 ) -> tuple[float, int, float | None]:
     """pgbench's transactions per second for one case on a freshly emptied table, with the WAL
     bytes and the server's CPU seconds the run took."""
@@ -220,13 +287,14 @@ async def _run_case(
     # each page after a checkpoint logs the whole page), not whatever the previous run left.
     await _admin(dsn, "VACUUM ANALYZE jobs")
     await _admin(dsn, "CHECKPOINT")
-    command = ["pgbench", "-n", "-c", str(clients), "-j", str(min(clients, 2))]
+    command = ["pgbench", "-n", "-M", protocol, "-c", str(clients), "-j", str(min(clients, 2))]
     command += ["-t", str(transactions), "-f", str(script), dsn]
     wal_before, cpu_before = await _wal_lsn(dsn), _postgres_cpu_seconds(postmaster)
     children_before = set(procstat.descendants(postmaster)) if postmaster is not None else set()
     done = await asyncio.to_thread(
         subprocess.run,
         command,
+        env={**os.environ, "PGOPTIONS": PROTOCOLS[protocol]},
         capture_output=True,
         text=True,
     )
@@ -244,13 +312,19 @@ async def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dsn", required=True, help="a PostgreSQL server (its databases stay)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
+        "--protocol",
+        choices=list(PROTOCOLS),
+        default="prepared",
+        help="prepared, with generic plans, as jobq's hot pool (default); simple: planned each call",
+    )
+    parser.add_argument(
         "--variants",
         default=",".join([*VARIANTS, LEAN]),
-        help=f"comma-separated, of {', '.join([*VARIANTS, LEAN])}",
+        help=f"comma-separated, of {', '.join([*VARIANTS, *LEANS])}",
     )
     args = parser.parse_args(argv)
     variants = args.variants.split(",")
-    unknown = set(variants) - {*VARIANTS, LEAN}
+    unknown = set(variants) - {*VARIANTS, *LEANS}
     if unknown:
         parser.error(f"unknown variants: {', '.join(sorted(unknown))}")
     if shutil.which("pgbench") is None:
@@ -260,13 +334,19 @@ async def main(argv: list[str] | None = None) -> None:
     # (case, variant) -> per round: jobs/s, WAL bytes a job, server CPU microseconds a job.
     figures: dict[tuple[str, str], list[tuple[float, float, float | None]]] = {}
     try:
-        with _scripts() as scripts:
+        with _scripts(args.protocol) as scripts:
             for _ in range(args.rounds):
                 for name, _script, clients, transactions, per, preload in CASES:
                     jobs = clients * transactions * per
                     for variant in variants:
                         tps, wal, cpu = await _run_case(
-                            dsns[variant], scripts[name], clients, transactions, preload, postmaster
+                            dsns[variant],
+                            scripts[name],
+                            clients,
+                            transactions,
+                            preload,
+                            postmaster,
+                            args.protocol,
                         )
                         per_job_cpu = None if cpu is None else cpu / jobs * 1e6
                         figures.setdefault((name, variant), []).append(
@@ -275,23 +355,26 @@ async def main(argv: list[str] | None = None) -> None:
     finally:
         for variant in variants:
             await _admin(args.dsn, f'DROP DATABASE IF EXISTS "jobq_parts_{variant}" WITH (FORCE)')
-    print(f"medians of {args.rounds} rounds; 'full' is jobq's schema, each other column leaves")
-    print("out the part it names ('bare': all of them); 'lean' is bench/lean.py's table")
+    print(f"medians of {args.rounds} rounds, {args.protocol} protocol; 'full' is jobq's schema,")
+    print("each other column leaves out the part it names ('bare': all of them); 'lean' is")
+    print("bench/lean.py's table, 'lean+…' that table with the parts LEAN_PLUS names")
     tables = [
-        ("jobs/s", 0, "{:10,.0f}"),
-        ("WAL bytes per job (each run after a CHECKPOINT)", 1, "{:10,.0f}"),
-        ("PostgreSQL CPU microseconds per job (all its processes; n/a: not local)", 2, "{:10,.0f}"),
+        ("jobs/s", 0),
+        ("WAL bytes per job (each run after a CHECKPOINT)", 1),
+        ("PostgreSQL CPU microseconds per job (all its processes; n/a: not local)", 2),
     ]
     width = max(len(name) for name, *_ in CASES)
-    for title, index, cell in tables:
+    column = max(10, *(len(v) + 2 for v in variants))
+    for title, index in tables:
         print()
         print(title)
-        print("case".ljust(width) + "".join(v.rjust(10) for v in variants))
+        print("case".ljust(width) + "".join(v.rjust(column) for v in variants))
         for name, *_ in CASES:
             row = name.ljust(width)
             for variant in variants:
-                values = [r[index] for r in figures[(name, variant)] if r[index] is not None]
-                row += cell.format(statistics.median(values)) if values else "n/a".rjust(10)
+                values = [v for r in figures[(name, variant)] if (v := r[index]) is not None]
+                text = f"{statistics.median(values):,.0f}" if values else "n/a"
+                row += text.rjust(column)
             print(row)
 
 
