@@ -33,6 +33,7 @@ the claim is made all the same: the worker's slot is free either way.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -284,15 +285,18 @@ class ChainedClaims:
             LeaseTransition.FAIL: (store.job_fail_claim, store.job_fail_claim_limited),
             LeaseTransition.RELEASE: (store.job_release_claim, store.job_release_claim_limited),
         }[transition]
-        # Not idempotent: a repeat after a commit whose answer was lost would claim again.
-        async for attempt in jobs.unit.hot():
-            async with attempt as conn:
-                if limited:
-                    taken, outcome = await within_limits(
-                        conn, items=items, queues=queues, slots=slots, window=FLOW_WINDOW
-                    )
-                else:
-                    taken, outcome = await plain(conn, items=items, queues=queues, slots=slots)
+        # Under limits, not beside a claim on the same queues (JobService.limited_lanes).
+        lane = jobs.limited_lanes.one_at_a_time(queues) if limited else contextlib.nullcontext()
+        async with lane:
+            # Not idempotent: a repeat after a commit whose answer was lost would claim again.
+            async for attempt in jobs.unit.hot():
+                async with attempt as conn:
+                    if limited:
+                        taken, outcome = await within_limits(
+                            conn, items=items, queues=queues, slots=slots, window=FLOW_WINDOW
+                        )
+                    else:
+                        taken, outcome = await plain(conn, items=items, queues=queues, slots=slots)
         jobs.unit.statements[f"lease_{transition.value}"] += 1
         jobs.unit.statements["claim"] += 1
         jobs.flow_noted(queues, outcome)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -149,6 +149,39 @@ class Coalescer(Generic[ItemT, ResultT]):
         for task in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+class Lanes:
+    """One statement at a time per key, across coalescers.
+
+    A coalescer runs one kind of statement; statements of two kinds can still fight over the
+    same rows. Under limits, a claim and a settle-and-claim on the same queues each lock the
+    key rows of the jobs they take and skip those the other holds, so each came back short and
+    claimed again: 16 workers completing 50 jobs of 20 keys ran two in five of their jobs
+    through an extra claim statement, some of them waiting for the rows.
+    """
+
+    def __init__(self) -> None:
+        self._lanes: dict[Hashable, tuple[asyncio.Lock, int]] = {}
+
+    def users(self, key: Hashable) -> int:
+        """Statements holding or waiting for the lane of ``key``."""
+        return self._lanes.get(key, (None, 0))[1]
+
+    @contextlib.asynccontextmanager
+    async def one_at_a_time(self, key: Hashable) -> AsyncIterator[None]:
+        """Holds the lane of ``key`` for the statement run inside it."""
+        lock, users = self._lanes.get(key, (asyncio.Lock(), 0))
+        self._lanes[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._lanes[key]
+            if users == 1:
+                del self._lanes[key]
+            else:
+                self._lanes[key] = (lock, users - 1)
 
 
 def _settle(

@@ -10,6 +10,7 @@ their own beside this one (app/queue/services.py builds them).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -30,7 +31,7 @@ from app.domain.types import (
     owned_by,
 )
 from app.errors import DatabaseUnavailable, IdempotencyKeyReused, InvalidTransition, NotFound
-from app.queue.coalesce import Coalescer
+from app.queue.coalesce import Coalescer, Lanes
 from app.queue.events import Events, claimed_events, lease_events
 from app.queue.linked import ParentReader, ParentResultBounds, linked, ordering_keys_of
 from app.queue.replays import Retry as _Retry
@@ -93,6 +94,9 @@ class JobService:
         # any exist, and per set of queues when an empty token bucket refills.
         self.flow_active = False
         self._refill_at: dict[tuple[str, ...], float] = {}
+        # Under limits, one claiming statement (a claim, or a settle-and-claim of chained.py) at
+        # a time per set of queues: two would each skip the limited rows the other holds.
+        self.limited_lanes = Lanes()
         if coalescing is not None:
             for transition in LeaseTransition:
                 self._leases[transition] = self._coalescer(
@@ -354,11 +358,13 @@ class JobService:
     ) -> ClaimOutcome:
         """One claim statement (lean or within limits) in a unit of its own; first waiting for
         the ``held`` flow_state rows in its transaction (its own locks never make it skip)."""
-        async for attempt in self.unit.hot(transaction=bool(held)):
-            async with attempt as conn:
-                if held:
-                    await self.stores.flow_limits.flow_state_lock(conn, keys=held)
-                outcome = await self._claim_on(conn, queues, slots, limited=limited)
+        lane = self.limited_lanes.one_at_a_time(queues) if limited else contextlib.nullcontext()
+        async with lane:
+            async for attempt in self.unit.hot(transaction=bool(held)):
+                async with attempt as conn:
+                    if held:
+                        await self.stores.flow_limits.flow_state_lock(conn, keys=held)
+                    outcome = await self._claim_on(conn, queues, slots, limited=limited)
         return outcome
 
     async def _claim_on(

@@ -399,3 +399,51 @@ async def test_under_limits_concurrent_completes_share_the_limited_statement_wit
         )
     assert running == dict.fromkeys(keys, 1)
     assert slots == {f"key:default|{k}": 1 for k in keys}
+
+
+async def test_under_limits_a_claim_waits_for_the_settle_and_claim_on_its_queues(
+    clean_db: AsyncEngine, roomy_pool: Any, statements_run: list[str]
+) -> None:
+    """Under limits a claim and a settle-and-claim on the same queues each lock the key rows of
+    the jobs they take and skip those the other holds: side by side both came back short and
+    claimed again. One at a time (JobService.limited_lanes), each takes all it asked for in one
+    statement, even under a limit that never binds."""
+    svc = service(clean_db, roomy_pool, coalescing=CoalescingPolicy(max_in_flight=2, max_items=100))
+    await svc.limits.put(
+        scope="key",
+        pattern="k*",
+        max_running=100,
+        rate_limit=None,
+        rate_per_seconds=None,
+        actor="test",
+        actor_key_id=None,
+    )
+    await svc.jobs.enqueue(
+        [NewJob(queue="default", type="t", concurrency_key=f"k{n % 2}") for n in range(6)]
+    )
+    held, other_held = await svc.jobs.claim(
+        worker_id="w", queues=["default"], max_jobs=2, lease_seconds=30
+    )
+    statements_run.clear()
+    async with clean_db.connect() as holder:
+        await holder.execute(text("SELECT 1 FROM jobs WHERE id = :id FOR UPDATE"), {"id": held.id})
+        settling = asyncio.create_task(_complete(svc, held, "w"))
+        await poll_until(lambda: _waiting(clean_db, 1), within=30, what="the settle-and-claim")
+        claiming = asyncio.create_task(
+            svc.jobs.claim(worker_id="c", queues=["default"], max_jobs=2, lease_seconds=30)
+        )
+        await poll_until(
+            lambda: _true(svc.jobs.limited_lanes.users(("default",)) == 2),
+            within=30,
+            what="the claim waiting for its lane",
+        )
+        assert statements_run == ["job_complete_claim_limited"], "the claim has not gone out"
+        await holder.rollback()
+    async with asyncio.timeout(30):
+        settled: Chained = await settling
+        claimed = await claiming
+    assert statements_run == ["job_complete_claim_limited", "job_claim_limited"]
+    assert [o.ok for o in settled.outcomes] == [True] and len(settled.claimed) == 1
+    assert len(claimed) == 2 and all(job.worker_id == "c" for job in claimed)
+    taken = {settled.claimed[0].id, *(job.id for job in claimed)}
+    assert len(taken) == 3 and not taken & {held.id, other_held.id}

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from app.queue.coalesce import Coalescer
+from app.queue.coalesce import Coalescer, Lanes
 from tests.polling import poll_until
 
 
@@ -146,3 +146,36 @@ async def test_a_shared_error_goes_to_every_request_without_running_them_again()
             await request
     # Running each request again could repeat what may have committed: nothing ran again.
     assert run.calls == [[0], [1, 2]]
+
+
+async def test_a_lane_runs_one_statement_at_a_time_per_key_and_other_keys_beside_it() -> None:
+    lanes = Lanes()
+    gate = asyncio.Event()
+    ran: list[str] = []
+
+    async def statement(key: str, name: str) -> None:
+        async with lanes.one_at_a_time(key):
+            ran.append(name)
+            await gate.wait()
+
+    first = asyncio.ensure_future(statement("a", "first"))
+    await poll_until(lambda: ran == ["first"], what="the first statement")
+    second = asyncio.ensure_future(statement("a", "second"))
+    other = asyncio.ensure_future(statement("b", "other"))
+    await poll_until(lambda: lanes.users("a") == 2, what="the second to wait for its lane")
+    await poll_until(lambda: "other" in ran, what="another key's statement")
+    assert ran == ["first", "other"], "the second waits while the first holds lane a"
+    gate.set()
+    await asyncio.gather(first, second, other)
+    assert ran == ["first", "other", "second"]
+    assert lanes.users("a") == lanes.users("b") == 0, "a lane nobody holds is forgotten"
+
+
+async def test_a_lane_is_let_go_when_its_statement_fails() -> None:
+    lanes = Lanes()
+    with pytest.raises(ValueError, match="refused"):
+        async with lanes.one_at_a_time("a"):
+            raise ValueError("refused")
+    async with asyncio.timeout(5), lanes.one_at_a_time("a"):
+        assert lanes.users("a") == 1
+    assert lanes.users("a") == 0
