@@ -13,7 +13,7 @@ the claim is made all the same: the worker's slot is free either way.
   The counter triggers are statement-level, so a statement pays them once for all its calls:
   16 workers completing one job each and taking the next took 0.74 transactions a job before
   completes shared it, 0.22 since (``python -m bench``, drain 16 x 1). Under limits one such
-  statement runs at a time, as claims do (JobService).
+  statement or claim runs at a time per set of queues (``JobService.limited_lanes``).
 - **One snapshot.** The claim cannot see what the transition did: the slots its completion,
   failure or release freed under a limit, the jobs a fail (``retry_after_seconds`` 0) or a
   release made pending again. A call whose claim came back short claims again after the commit
@@ -33,7 +33,6 @@ the claim is made all the same: the worker's slot is free either way.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -286,8 +285,7 @@ class ChainedClaims:
             LeaseTransition.RELEASE: (store.job_release_claim, store.job_release_claim_limited),
         }[transition]
         # Under limits, not beside a claim on the same queues (JobService.limited_lanes).
-        lane = jobs.limited_lanes.one_at_a_time(queues) if limited else contextlib.nullcontext()
-        async with lane:
+        async with jobs.limited_lanes.one_at_a_time(queues, when=limited):
             # Not idempotent: a repeat after a commit whose answer was lost would claim again.
             async for attempt in jobs.unit.hot():
                 async with attempt as conn:

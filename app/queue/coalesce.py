@@ -169,8 +169,11 @@ class Lanes:
         return self._lanes.get(key, (None, 0))[1]
 
     @contextlib.asynccontextmanager
-    async def one_at_a_time(self, key: Hashable) -> AsyncIterator[None]:
-        """Holds the lane of ``key`` for the statement run inside it."""
+    async def one_at_a_time(self, key: Hashable, *, when: bool = True) -> AsyncIterator[None]:
+        """Holds the lane of ``key`` for the statement run inside it (``when`` false: none)."""
+        if not when:
+            yield
+            return
         lock, users = self._lanes.get(key, (asyncio.Lock(), 0))
         self._lanes[key] = (lock, users + 1)
         try:

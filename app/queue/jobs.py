@@ -10,7 +10,6 @@ their own beside this one (app/queue/services.py builds them).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -94,8 +93,7 @@ class JobService:
         # any exist, and per set of queues when an empty token bucket refills.
         self.flow_active = False
         self._refill_at: dict[tuple[str, ...], float] = {}
-        # Under limits, one claiming statement (a claim, or a settle-and-claim of chained.py) at
-        # a time per set of queues: two would each skip the limited rows the other holds.
+        # Under limits, one claim or settle-and-claim statement at a time per set of queues.
         self.limited_lanes = Lanes()
         if coalescing is not None:
             for transition in LeaseTransition:
@@ -358,8 +356,7 @@ class JobService:
     ) -> ClaimOutcome:
         """One claim statement (lean or within limits) in a unit of its own; first waiting for
         the ``held`` flow_state rows in its transaction (its own locks never make it skip)."""
-        lane = self.limited_lanes.one_at_a_time(queues) if limited else contextlib.nullcontext()
-        async with lane:
+        async with self.limited_lanes.one_at_a_time(queues, when=limited):
             async for attempt in self.unit.hot(transaction=bool(held)):
                 async with attempt as conn:
                     if held:
