@@ -94,6 +94,19 @@ async def test_a_job_a_fail_or_release_makes_pending_is_claimed_after_the_commit
     assert status == "running"
 
 
+async def _limit_keys(svc: Services, *, max_running: int) -> None:
+    """A running limit on every concurrency key k*."""
+    await svc.limits.put(
+        scope="key",
+        pattern="k*",
+        max_running=max_running,
+        rate_limit=None,
+        rate_per_seconds=None,
+        actor="test",
+        actor_key_id=None,
+    )
+
+
 async def _waiting(engine: AsyncEngine, n: int) -> bool:
     return await lock_waiters(engine) == n
 
@@ -328,15 +341,7 @@ async def test_under_limits_concurrent_completes_share_the_limited_statement_wit
     every key within its limit, and a call whose completion freed a slot its claim could not
     see (one snapshot) claims again after the commit, so each worker gets its next job."""
     svc = service(clean_db, roomy_pool, coalescing=CoalescingPolicy(max_in_flight=2, max_items=100))
-    await svc.limits.put(
-        scope="key",
-        pattern="k*",
-        max_running=1,
-        rate_limit=None,
-        rate_per_seconds=None,
-        actor="test",
-        actor_key_id=None,
-    )
+    await _limit_keys(svc, max_running=1)
     keys = [f"k{n}" for n in range(4)]
     await svc.jobs.enqueue(
         [NewJob(queue="default", type="t", concurrency_key=k) for k in keys + keys]
@@ -409,15 +414,7 @@ async def test_under_limits_a_claim_waits_for_the_settle_and_claim_on_its_queues
     claimed again. One at a time (JobService.limited_lanes), each takes all it asked for in one
     statement, even under a limit that never binds."""
     svc = service(clean_db, roomy_pool, coalescing=CoalescingPolicy(max_in_flight=2, max_items=100))
-    await svc.limits.put(
-        scope="key",
-        pattern="k*",
-        max_running=100,
-        rate_limit=None,
-        rate_per_seconds=None,
-        actor="test",
-        actor_key_id=None,
-    )
+    await _limit_keys(svc, max_running=100)
     await svc.jobs.enqueue(
         [NewJob(queue="default", type="t", concurrency_key=f"k{n % 2}") for n in range(6)]
     )

@@ -476,6 +476,16 @@ SELECT t.id AS job_id, t.started_at AS at, 'claimed' AS kind, t.attempts AS atte
       AND NOT EXISTS (SELECT 1 FROM job_events s
                       WHERE s.job_id = t.id AND s.kind = 'completed' AND s.at = t.finished_at)
 
+-- fragment: job_lease_owned
+-- The ownership check of every lease call's UPDATE (heartbeat, complete, fail, release): the row
+-- j is the running attempt of item i's lease, held by its worker under its key, and not past its
+-- timeout.
+j.id = i.job_id AND j.lease_id = i.lease_id
+    AND j.status = 'running' AND j.worker_id = i.worker_id
+    AND j.lease_key_id IS NOT DISTINCT FROM i.key_id
+    AND (j.timeout_seconds IS NULL
+         OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
+
 -- name: job_heartbeat
 -- Extends the leases the worker still holds, saving checkpoint and progress in the same ownership-checked update; a progress that passes a tenth of its total is recorded in job_events; answers only the items it took.
 WITH items AS MATERIALIZED (
@@ -518,11 +528,7 @@ beaten AS (
                            THEN now() ELSE j.progress_at END,
         updated_at = now()
     FROM items i
-    WHERE j.id = i.job_id AND j.lease_id = i.lease_id
-      AND j.status = 'running' AND j.worker_id = i.worker_id
-      AND j.lease_key_id IS NOT DISTINCT FROM i.key_id
-      AND (j.timeout_seconds IS NULL
-           OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
+    WHERE {{ job_lease_owned }}
     RETURNING i.ord, j.id AS job_id, j.status, j.lease_expires_at, j.progress, j.attempts,
               j.worker_id, j.lease_key_id, j.lease_instance, i.has_checkpoint
 ),
@@ -558,11 +564,7 @@ SET status = 'succeeded',
     lease_ended_by = 'complete',
     updated_at = now()
 FROM items i
-WHERE j.id = i.job_id AND j.lease_id = i.lease_id
-  AND j.status = 'running' AND j.worker_id = i.worker_id
-  AND j.lease_key_id IS NOT DISTINCT FROM i.key_id
-  AND (j.timeout_seconds IS NULL
-       OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
+WHERE {{ job_lease_owned }}
 RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue, j.type,
           EXTRACT(EPOCH FROM now() - j.started_at)::float8 AS ran_seconds,
           j.flow_keys IS NOT NULL AS freed_flow
@@ -668,11 +670,7 @@ SET status = CASE WHEN NOT (i.retryable AND j.attempts < j.max_attempts) THEN 'd
     lease_ended_by = 'fail',
     updated_at = now()
 FROM items i
-WHERE j.id = i.job_id AND j.lease_id = i.lease_id
-  AND j.status = 'running' AND j.worker_id = i.worker_id
-  AND j.lease_key_id IS NOT DISTINCT FROM i.key_id
-  AND (j.timeout_seconds IS NULL
-       OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
+WHERE {{ job_lease_owned }}
 -- ran_seconds from now(), not finished_at: a retried attempt has no finished_at.
 RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue, j.type,
           EXTRACT(EPOCH FROM now() - j.started_at)::float8 AS ran_seconds,
@@ -755,12 +753,8 @@ SET status = CASE WHEN i.delay_seconds > 0 THEN 'scheduled' ELSE 'pending' END,
     lease_ended_by = 'release',
     updated_at = now()
 FROM items i
-WHERE j.id = i.job_id AND j.lease_id = i.lease_id
-  AND j.status = 'running' AND j.worker_id = i.worker_id
-  AND j.lease_key_id IS NOT DISTINCT FROM i.key_id
-  -- A worker cannot dodge its timeout by releasing: the overrun attempt counts as failed.
-  AND (j.timeout_seconds IS NULL
-       OR now() < j.started_at + make_interval(secs => j.timeout_seconds))
+-- A worker cannot dodge its timeout by releasing: the overrun attempt counts as failed.
+WHERE {{ job_lease_owned }}
 -- The attempt the worker ran is the one before the release gave it back.
 RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue, j.type,
           NULL::float8 AS ran_seconds, j.flow_keys IS NOT NULL AS freed_flow,
