@@ -359,6 +359,7 @@ AUDIT_ACTIONS = (
     "key.rotate_webhook_secret",
     "workflow.cancel",
     "workflow.retry",
+    "maintenance.put_back",
 )
 
 audit_log = Table(
@@ -449,12 +450,14 @@ schedules = Table(
 # The tables kept in modules of their own, registered on the same metadata (what Alembic diffs).
 from app.models.composing import ordering_keys, workflows  # noqa: E402
 from app.models.flow import flow_limits, flow_released, flow_state  # noqa: E402
+from app.models.maintenance import maintenance_set_aside  # noqa: E402
 from app.models.webhooks import webhook_deliveries  # noqa: E402
 
 __all__ = [
     "flow_limits",
     "flow_released",
     "flow_state",
+    "maintenance_set_aside",
     "metadata",
     "ordering_keys",
     "webhook_deliveries",
