@@ -14,18 +14,18 @@ standby needs no restart.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
 
 import asyncpg
-import orjson
 from sqlalchemy import MetaData, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
+
+from app.stored_json import read_json
 
 # No statement jobq runs is long enough for JIT compilation to pay for itself (see _jit_off).
 JIT_OFF = "SET jit = off"
@@ -184,6 +184,8 @@ def create_engine(
         max_overflow=max_overflow,
         pool_timeout=pool_timeout,
         connect_args=connect_args,
+        # Row by row: one value no reader takes must not fail the read of every other row.
+        json_deserializer=read_json,
     )
     if statement_cache:
         # As on the hot pool, and like it not through a transaction-mode pooler, where a SET
@@ -281,16 +283,10 @@ def _encode_jsonb(value: bytes | str) -> bytes:
     return b"\x01" + (value if isinstance(value, bytes) else value.encode())
 
 
-# A run of 19 or more digits: orjson reads an integer past 64 bits as a float, and jsonb keeps
-# such integers exactly (the request parser, app/http/strict_json.py, lets them in as they are).
-_LONG_INTEGER = re.compile(rb"\d{19,}")
-
-
 def _decode_jsonb(data: bytes) -> Any:
-    text = data[1:]
-    if _LONG_INTEGER.search(text) is None:
-        return orjson.loads(text)
-    return json.loads(text)  # exact for any integer
+    # jsonb's binary format is a version byte, then the text; a value no reader takes comes
+    # back as UnreadableJson instead of failing the whole statement (app/stored_json.py).
+    return read_json(data[1:])
 
 
 async def _setup_connection(conn: Any) -> None:

@@ -17,6 +17,7 @@ from app.api import (
     flow_limits,
     history,
     jobs,
+    maintenance,
     metrics,
     ops,
     schedules,
@@ -286,6 +287,7 @@ async def _publish_enqueue_limits(services: Services, settings: Settings) -> Non
         payload_max_bytes=settings.max_body_bytes,
         max_attempts_default=settings.max_attempts_default,
         lease_seconds_default=settings.lease_seconds_default,
+        json_max_depth=settings.max_json_depth,
     )
     try:
         await services.upkeep.publish_enqueue_limits(limits)
@@ -378,6 +380,7 @@ def create_app(settings: Settings) -> FastAPI:
         schedules.build_router(settings),
         flow_limits.build_router(),
         history.build_router(),
+        maintenance.build_router(),
         workflows.build_router(settings),
         webhooks.build_router(settings),
         observed.router(),

@@ -20,8 +20,10 @@ from fastapi import Response
 from app.api.schemas import Job
 from app.domain import records
 from app.domain.types import LeaseOutcome
+from app.stored_json import UnreadableJson, job_json_errors
 
-JOB_FIELDS: tuple[str, ...] = tuple(Job.model_fields)
+# The model's fields that are the row's columns (stored_json_errors is added when it applies).
+JOB_FIELDS: tuple[str, ...] = tuple(f for f in Job.model_fields if f != "stored_json_errors")
 # Reads every field in one C call: a 50-job claim renders 50 rows.
 _JOB_VALUES = operator.attrgetter(*JOB_FIELDS)
 _OPTIONS = orjson.OPT_UTC_Z
@@ -30,12 +32,19 @@ _OPTIONS = orjson.OPT_UTC_Z
 def _default(value: object) -> object:
     if isinstance(value, uuid.UUID):  # asyncpg's UUID is a subclass orjson does not take as one
         return str(value)
+    if isinstance(value, UnreadableJson):  # said in stored_json_errors (job_json_errors)
+        return None
     raise TypeError(f"cannot encode {type(value).__name__} as JSON")
 
 
 def job(row: records.Job) -> dict[str, Any]:
     """A jobs row as the ``Job`` model shows it."""
-    return dict(zip(JOB_FIELDS, _JOB_VALUES(row), strict=True))
+    data = dict(zip(JOB_FIELDS, _JOB_VALUES(row), strict=True))
+    unreadable = job_json_errors(row)
+    if unreadable is not None:
+        data.update(dict.fromkeys(unreadable))
+        data["stored_json_errors"] = unreadable
+    return data
 
 
 def claimed(row: records.Job) -> dict[str, Any]:

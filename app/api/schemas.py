@@ -294,6 +294,13 @@ class Job(BaseModel):
     callback_url: str | None = Field(
         default=None, description="Where the outcome is POSTed when the job finishes."
     )
+    stored_json_errors: dict[str, str] | None = Field(
+        default=None,
+        description="Only on a job whose stored JSON no reader can take (written by an older "
+        "version or by hand, past the checks of the API and jobq.enqueue()): each such field "
+        "(payload, result, checkpoint, progress, errors) shows as null, and this says why. "
+        "Claiming such a job fails it at once, with this reason.",
+    )
 
 
 TraceParent = Annotated[

@@ -229,6 +229,24 @@ class EnqueueLimits:
     payload_max_bytes: int
     max_attempts_default: int
     lease_seconds_default: int
+    json_max_depth: int  # containers nested deeper than this are refused (migration 0025)
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How long finished jobs are kept, per state, before the pruner deletes them."""
+
+    succeeded_seconds: float
+    cancelled_seconds: float
+    dead_seconds: float
+
+    def params(self) -> dict[str, float]:
+        """The retentions as the prune statements' binds."""
+        return {
+            "succeeded_seconds": self.succeeded_seconds,
+            "cancelled_seconds": self.cancelled_seconds,
+            "dead_seconds": self.dead_seconds,
+        }
 
 
 @dataclass(frozen=True)

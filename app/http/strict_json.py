@@ -68,6 +68,24 @@ def _parse_float(text: str) -> float:
     return value
 
 
+# More digits than any integer a double can hold (about 1.8e308 has 309).
+_INTEGER_DIGITS_MAX = 309
+
+
+def _parse_int(text: str) -> int:
+    """An integer, exact; refused past a double's range, as a float there is: JavaScript and Go
+    workers read every JSON number as a double, and jsonb keeps no other trace of how it was
+    written (jobq.enqueue() refuses the same, migration 0025)."""
+    if len(text) - text.startswith("-") > _INTEGER_DIGITS_MAX:
+        raise _Rejected(f"number {text[:40]}... is too large")
+    value = int(text)
+    try:
+        float(value)
+    except OverflowError:
+        raise _Rejected(f"number {text[:40]} is too large") from None
+    return value
+
+
 def _string_problem(value: str) -> str | None:
     if "\x00" in value:
         return "text must not contain the NUL character (\\u0000)"
@@ -222,7 +240,9 @@ def parse_strict_json(body: bytes, *, max_depth: int = _MAX_DEPTH_DEFAULT) -> An
             _refuse_repeated_keys(body, keys, utf8=True)
             return value
     try:
-        value = json.loads(body, parse_constant=_reject_constant, parse_float=_parse_float)
+        value = json.loads(
+            body, parse_constant=_reject_constant, parse_float=_parse_float, parse_int=_parse_int
+        )
         keys = check_json_value(value, max_depth=max_depth)
     except _Rejected as exc:
         raise _validation_error(("body", *exc.path), exc.message) from None

@@ -32,6 +32,7 @@ from app.domain.types import (
 from app.errors import DatabaseUnavailable, IdempotencyKeyReused, InvalidTransition, NotFound
 from app.queue.coalesce import Coalescer, Lanes
 from app.queue.events import Events, claimed_events, lease_events
+from app.queue.handoff import split_unreadable, unreadable_failures
 from app.queue.linked import ParentReader, ParentResultBounds, linked, ordering_keys_of
 from app.queue.replays import Retry as _Retry
 from app.queue.replays import answer_enqueue
@@ -424,10 +425,15 @@ class JobService:
         return await self.handed(worker_id, key_id, [row for row in taken if row is not None])
 
     async def handed(self, worker_id: str, key_id: int | None, claimed: list[Job]) -> list[Job]:
-        """Jobs a committed claim leased, their parents' results read in, the claims announced."""
+        """Jobs a committed claim leased, their parents' results read in, the claims announced.
+        A job no worker could read (app/queue/handoff.py) is failed at once instead."""
+        claimed, unreadable = split_unreadable(claimed)
         if any(row.depends_on for row in claimed):
             await self.parents.hand(claimed)
-        self.events.publish(claimed_events(claimed, worker_id, key_id))
+        self.events.publish(claimed_events([*claimed, *unreadable], worker_id, key_id))
+        if unreadable:
+            failures = unreadable_failures(unreadable)
+            await self.fail(worker_id=worker_id, key_id=key_id, items=failures)
         return claimed
 
     async def claim(

@@ -115,5 +115,6 @@ class ProducerStore:
                 "payload_max_bytes": limits.payload_max_bytes,
                 "max_attempts_default": limits.max_attempts_default,
                 "lease_seconds_default": limits.lease_seconds_default,
+                "json_max_depth": limits.json_max_depth,
             },
         )

@@ -8,10 +8,10 @@
 INSERT INTO jobq.enqueue_limits AS l (id, queue_name_max_chars, type_max_chars,
                                       idempotency_key_max_chars, concurrency_key_max_chars,
                                       payload_max_bytes, max_attempts_default,
-                                      lease_seconds_default, updated_at)
+                                      lease_seconds_default, json_max_depth, updated_at)
 VALUES (true, :queue_name_max_chars, :type_max_chars, :idempotency_key_max_chars,
         :concurrency_key_max_chars, :payload_max_bytes, :max_attempts_default,
-        :lease_seconds_default, now())
+        :lease_seconds_default, :json_max_depth, now())
 ON CONFLICT (id) DO UPDATE
 SET queue_name_max_chars = EXCLUDED.queue_name_max_chars,
     type_max_chars = EXCLUDED.type_max_chars,
@@ -20,14 +20,15 @@ SET queue_name_max_chars = EXCLUDED.queue_name_max_chars,
     payload_max_bytes = EXCLUDED.payload_max_bytes,
     max_attempts_default = EXCLUDED.max_attempts_default,
     lease_seconds_default = EXCLUDED.lease_seconds_default,
+    json_max_depth = EXCLUDED.json_max_depth,
     updated_at = now()
 WHERE (l.queue_name_max_chars, l.type_max_chars, l.idempotency_key_max_chars,
        l.concurrency_key_max_chars, l.payload_max_bytes, l.max_attempts_default,
-       l.lease_seconds_default)
+       l.lease_seconds_default, l.json_max_depth)
       IS DISTINCT FROM
       (EXCLUDED.queue_name_max_chars, EXCLUDED.type_max_chars, EXCLUDED.idempotency_key_max_chars,
        EXCLUDED.concurrency_key_max_chars, EXCLUDED.payload_max_bytes,
-       EXCLUDED.max_attempts_default, EXCLUDED.lease_seconds_default);
+       EXCLUDED.max_attempts_default, EXCLUDED.lease_seconds_default, EXCLUDED.json_max_depth);
 
 -- fragment: job_enqueue_insert
 -- The insert of job_enqueue, job_enqueue_ids and job_enqueue_plain, up to its conflict clause.
