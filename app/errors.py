@@ -96,6 +96,19 @@ class NotReady(JobqError):
     """The instance should not get traffic: a background loop it runs has stalled."""
 
 
+class StatementFailed(JobqError):
+    """A statement failed in a way that trying it again would repeat (bad data, a constraint, a
+    program limit such as the stack depth, a PL/pgSQL exception): its ``sqlstate`` says which.
+
+    Maintenance batches raise it so that they can retry a failed batch one row at a time and set
+    aside the row that fails alone; it reaches no route (a 500 if it ever did).
+    """
+
+    def __init__(self, detail: str, *, sqlstate: str) -> None:
+        super().__init__(detail)
+        self.sqlstate = sqlstate
+
+
 # status, title, type slug
 ERROR_TABLE: dict[type[JobqError], tuple[int, str, str]] = {
     NotFound: (404, "Not Found", "not-found"),
@@ -110,6 +123,7 @@ ERROR_TABLE: dict[type[JobqError], tuple[int, str, str]] = {
     TooManyFailures: (429, "Too Many Requests", "too-many-failures"),
     DatabaseUnavailable: (503, "Service Unavailable", "database-unavailable"),
     NotReady: (503, "Service Unavailable", "not-ready"),
+    StatementFailed: (500, "Internal Server Error", "internal"),
 }
 
 PROBLEM_TYPE_BASE = "https://jobq.dev/problems/"
@@ -192,6 +206,43 @@ def sqlstate(exc: BaseException) -> str | None:
             return code
         current = getattr(current, "orig", None) or current.__cause__
     return None
+
+
+# SQLSTATE classes of a statement that fails again whatever is retried: cardinality (21), data
+# (22), constraints (23), triggered data changes (27), routine errors (2F, 38, 39), syntax or
+# access (42), check options (44), program limits such as the stack depth (54), PL/pgSQL
+# (P0) and internal errors (XX). Not those of a connection (08), a rollback that asks for a retry
+# (40: serialization, deadlock), resources (53), a lock or object in use (55) or an operator
+# (57: cancels, shutdowns), which a later batch may well not meet.
+_REPEATING_CLASSES = frozenset(
+    {"21", "22", "23", "27", "2F", "38", "39", "42", "44", "54", "P0", "XX"}
+)
+
+
+@contextlib.contextmanager
+def statement_failures() -> Iterator[None]:
+    """Raises a database error that a retry would repeat as :class:`StatementFailed`; other
+    errors (a lost connection, a deadlock, a timeout) pass unchanged."""
+    try:
+        yield
+    except (DBAPIError, asyncpg.PostgresError) as exc:
+        code = sqlstate(exc)
+        if code is None or code[:2] not in _REPEATING_CLASSES or connection_lost(exc):
+            raise
+        raise StatementFailed(_server_message(exc), sqlstate=code) from exc
+
+
+def _server_message(exc: BaseException) -> str:
+    """PostgreSQL's own message behind a driver error (its first line), without the statement."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, asyncpg.PostgresError):
+            lines = str(current).strip().splitlines()
+            return (lines[0] if lines else type(current).__name__)[:500]
+        current = getattr(current, "orig", None) or current.__cause__
+    return brief(exc)
 
 
 @contextlib.contextmanager

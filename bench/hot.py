@@ -47,6 +47,7 @@ from app.domain.types import BackoffPolicy, ClaimSlot
 from app.migrations import upgrade
 from app.store.conn import Conn
 from app.store.jobs import JobStore
+from app.store.maintenance import MaintenanceStore
 from app.store.statements import statement
 from bench.harness import _admin
 from bench.plans import buffers, nodes, rows_touched
@@ -144,8 +145,16 @@ def _checkpoint(job_id: int, beat: int) -> dict[str, Any]:
 class Workload:
     """The lifecycle of jobs through the job store: one driver connection, one for maintenance."""
 
-    def __init__(self, repo: JobStore, driver: Any, conn: AsyncConnection, stats: Stats) -> None:
+    def __init__(
+        self,
+        repo: JobStore,
+        upkeep: MaintenanceStore,
+        driver: Any,
+        conn: AsyncConnection,
+        stats: Stats,
+    ) -> None:
         self.repo = repo
+        self.upkeep = upkeep
         self.driver = driver
         self.conn = conn
         self.stats = stats
@@ -263,9 +272,9 @@ class Workload:
         held = await self.claim(again)
         later = datetime.now(UTC) + timedelta(seconds=LEASE_SECONDS + 60)
         async with self.phase("reap"):
-            reaped = await self.repo.job_reap(Conn.of(self.conn), batch_size=jobs, now=later)
+            reaped = await self.upkeep.job_reap(Conn.of(self.conn), batch_size=jobs, now=later)
         async with self.phase("promote"):
-            promoted = await self.repo.job_promote(
+            promoted = await self.upkeep.job_promote(
                 Conn.of(self.conn), batch_size=jobs, now=later + timedelta(hours=1)
             )
         if len(reaped) != again or sum(promoted.values()) != again:
@@ -282,12 +291,13 @@ async def measure(url: str, variant: Variant, jobs: int) -> Result:
             for ddl in variant.extra:
                 await conn.execute(text(ddl))
             version = int(await driver.fetchval("SHOW server_version_num"))
-            repo = JobStore(
-                backoff=BackoffPolicy(
-                    base_seconds=1.0, cap_seconds=60.0, errors_kept=10, error_max_chars=2000
-                )
+            backoff = BackoffPolicy(
+                base_seconds=1.0, cap_seconds=60.0, errors_kept=10, error_max_chars=2000
             )
-            workload = Workload(repo, driver, conn, Stats(driver, conn, version))
+            upkeep = MaintenanceStore(backoff=backoff)
+            workload = Workload(
+                JobStore(backoff=backoff), upkeep, driver, conn, Stats(driver, conn, version)
+            )
             result = await workload.run(jobs)
             result.reloptions = await driver.fetchval(
                 "SELECT reloptions FROM pg_class WHERE oid = 'jobs'::regclass"

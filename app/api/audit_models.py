@@ -35,6 +35,7 @@ class AuditAction(enum.StrEnum):
     SCHEDULE_TRIGGER = "schedule.trigger"
     WORKFLOW_CANCEL = "workflow.cancel"
     WORKFLOW_RETRY = "workflow.retry"
+    MAINTENANCE_PUT_BACK = "maintenance.put_back"
 
 
 class AuditEntry(BaseModel):

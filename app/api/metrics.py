@@ -214,6 +214,17 @@ class _Scrape(Collector):
             if self.visible(queue):
                 errored.add_metric([queue], count)
         yield errored
+        set_aside = GaugeMetricFamily(
+            "jobq_maintenance_set_aside",
+            "Jobs a maintenance loop (reaper, promoter, pruner) could not move even alone and "
+            "leaves out of its batches until an operator puts them back (GET "
+            "/v1/maintenance/set-aside), as last read. Alert on any.",
+            labels=["loop", "queue"],
+        )
+        for (loop, queue), count in sorted((gauges.set_aside if gauges else {}).items()):
+            if self.visible(queue):
+                set_aside.add_metric([loop, queue], count)
+        yield set_aside
 
     def _limits_and_schedules(self) -> Iterator[Metric]:
         runtime = self.metrics.state.runtime

@@ -4,8 +4,8 @@ A scrape must not cost the database a query (several Prometheus servers may scra
 instance), so the gauges show what this loop last read: the trigger-kept ``queue_counts`` rows
 and, for each queue's oldest pending job, a probe per pending priority
 (``services.ops.queue_stats()``, the same read as ``GET /v1/queues``), the schedules in error
-per queue, the limits with their running and held-back jobs, and the first 1,000 schedules'
-runs. It runs on every instance, so each one's scrape is complete.
+per queue, the limits with their running and held-back jobs, the first 1,000 schedules'
+runs, and the jobs the maintenance loops set aside. It runs on every instance, so each one's scrape is complete.
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ class QueueGauges(TickLoop):
         self.limits: Sequence[FlowLimitUse] | None = None
         self.held_back: Mapping[int, int] = {}
         self.schedules: Sequence[Schedule] | None = None
+        # Jobs each maintenance loop set aside, by (loop, queue), as last read.
+        self.set_aside: Mapping[tuple[str, str], int] = {}
 
     async def run_once(self) -> int:
         """One read; answers how many queues it saw."""
@@ -50,6 +52,7 @@ class QueueGauges(TickLoop):
         self.limits = await self.services.limits.list_all()
         self.held_back = await self.services.limits.held_back() if self.limits else {}
         self.schedules, _ = await self.services.schedules.list_page(limit=SCHEDULES_SHOWN)
+        self.set_aside = await self.services.upkeep.set_aside_counts()
         return len(self.queues)
 
     async def run_batch(self) -> int:

@@ -54,6 +54,8 @@ class PruneCounts:
     webhook_rows: int = 0
     # Workflows whose steps are all gone, ordering keys idle with no open job (migration 0021).
     composing_rows: int = 0
+    # Set-aside jobs that were deleted or left their loop's state (migration 0025).
+    set_aside_rows: int = 0
 
 
 class Pruner(BatchLoop[PrunerConfig]):
@@ -83,12 +85,14 @@ class Pruner(BatchLoop[PrunerConfig]):
         composing = await self.services.workflows.prune(
             batch_size=self.config.batch_size, idle_key_seconds=ORDERING_KEY_IDLE_SECONDS, now=now
         )
+        set_aside = await self.services.upkeep.prune_set_aside(batch_size=self.config.batch_size)
         return PruneCounts(
             jobs=pruned,
             throughput_rows=minutes,
             flow_rows=flow_rows,
             webhook_rows=webhook_rows,
             composing_rows=composing,
+            set_aside_rows=set_aside,
         )
 
     async def run_batch(self) -> int:
@@ -100,4 +104,5 @@ class Pruner(BatchLoop[PrunerConfig]):
             counts.flow_rows,
             counts.webhook_rows,
             counts.composing_rows,
+            counts.set_aside_rows,
         )

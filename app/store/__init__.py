@@ -19,6 +19,7 @@ from app.store.flow_limits import FlowLimitStore
 from app.store.job_events import JobEventStore
 from app.store.jobs import JobStore
 from app.store.keys import KeyStore
+from app.store.maintenance import MaintenanceStore
 from app.store.producers import ProducerStore
 from app.store.queues import QueueStore
 from app.store.schedules import ScheduleStore
@@ -43,6 +44,7 @@ class Stores:
     producers: ProducerStore
     workflows: WorkflowStore
     webhooks: WebhookStore
+    maintenance: MaintenanceStore
 
 
 # The store class of each SQL file (by its stem): what the mapping test walks.
@@ -59,6 +61,7 @@ STORE_OF_FILE: dict[str, type] = {
     "producers": ProducerStore,
     "workflows": WorkflowStore,
     "webhooks": WebhookStore,
+    "maintenance": MaintenanceStore,
 }
 
 
@@ -99,4 +102,5 @@ def stores_for(settings: StoreSettings) -> Stores:
         producers=ProducerStore(),
         workflows=WorkflowStore(),
         webhooks=WebhookStore(instance=instance),
+        maintenance=MaintenanceStore(backoff=backoff),
     )

@@ -7,7 +7,6 @@ the transaction.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -16,7 +15,6 @@ from app.domain.records import (
     BulkCandidate,
     Job,
     JobBlockers,
-    ReapedJob,
     WorkerLeases,
 )
 from app.domain.states import BulkAction, JobStatus
@@ -411,45 +409,6 @@ class JobStore:
         return int(value) if value is not None else None
 
     # -- maintenance -------------------------------------------------------------------------
-
-    async def job_reap(
-        self, conn: Conn, *, batch_size: int, now: datetime | None = None
-    ) -> list[ReapedJob]:
-        """Returns at most ``batch_size`` expired leases to scheduled (or dead); answers the rows moved."""
-        params = {"batch_size": batch_size, "now": now, **self._backoff_params()}
-        params.pop("error_max_chars")
-        params.pop("traceback_max_chars")
-        return [ReapedJob.from_row(row) for row in await conn.fetch("job_reap", params)]
-
-    async def job_promote(
-        self, conn: Conn, *, batch_size: int, now: datetime | None = None
-    ) -> Counter[str]:
-        """Moves at most ``batch_size`` due scheduled jobs to pending; answers how many per queue."""
-        rows = await conn.fetch("job_promote", {"batch_size": batch_size, "now": now})
-        return Counter(row["queue"] for row in rows)
-
-    async def job_prune(
-        self,
-        conn: Conn,
-        *,
-        batch_size: int,
-        succeeded_seconds: float,
-        cancelled_seconds: float,
-        dead_seconds: float,
-        now: datetime | None = None,
-    ) -> int:
-        """Deletes at most ``batch_size`` finished jobs past retention; answers how many."""
-        rows = await conn.fetch(
-            "job_prune",
-            {
-                "batch_size": batch_size,
-                "succeeded_seconds": succeeded_seconds,
-                "cancelled_seconds": cancelled_seconds,
-                "dead_seconds": dead_seconds,
-                "now": now,
-            },
-        )
-        return len(rows)
 
     async def job_due_in_queues(
         self, conn: Conn, *, queues: Sequence[str], cap: int

@@ -37,7 +37,7 @@ async def test_readyz_fails_while_the_reaper_fails_and_recovers_after(
 ) -> None:
     runtime = app_state(leader).running()
     await poll_until(lambda: runtime.runner.is_leader, within=10, what="leadership")
-    repo = runtime.services.jobs.stores.jobs
+    repo = runtime.services.jobs.stores.maintenance
     real_reap = repo.job_reap
 
     async def broken(*args: Any, **kwargs: Any) -> Any:

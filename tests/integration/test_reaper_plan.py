@@ -46,14 +46,14 @@ async def running(running_url: str) -> AsyncIterator[AsyncEngine]:
 
 
 async def test_nothing_expired_reads_no_running_job(running: AsyncEngine) -> None:
-    repo = stores().jobs
+    repo = stores().maintenance
     async with running.connect() as conn:
         [plan] = await explain(conn, lambda c: repo.job_reap(c, batch_size=500))
     assert rows_touched(plan.plan) <= 1, plan.plan
 
 
 async def test_expired_leases_are_read_up_to_the_batch(running: AsyncEngine) -> None:
-    repo = stores().jobs
+    repo = stores().maintenance
     async with running.connect() as conn:
         await conn.execute(
             text(

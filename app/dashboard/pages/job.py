@@ -79,6 +79,8 @@ async def job(call: Call) -> Response:
         moved_at=moved_at,
         stuck=stuck,
         stuck_after=stuck_after,
+        set_aside=[asdict(s) for s in await call.services.upkeep.set_aside_of_job(row["id"])],
+        set_aside_next=f"{PREFIX}/jobs/{row['id']}",
     )
 
 

@@ -871,13 +871,25 @@ SELECT false AS changed, target.status AS status_before, target.*
 FROM target WHERE NOT EXISTS (SELECT 1 FROM cancelled);
 
 -- name: job_retry
--- Puts a dead, cancelled or succeeded job back to pending with its attempts reset (its checkpoint is kept), recording it in audit_log and job_events; answers the job as it is now and whether this call changed it.
+-- Puts a dead, cancelled or succeeded job back to pending with its attempts reset (its checkpoint is kept), or to waiting while one of its parents is still open; records it in audit_log and job_events; answers the job as it is now and whether this call changed it.
 WITH target AS (
     SELECT * FROM jobs WHERE id = :id FOR UPDATE
 ),
+-- Its parents, locked: a parent finishing now is waited for and seen finished (a locked row is
+-- read as its newest version), or it finishes after this commits and its trigger finds this job
+-- waiting. Either way the job does not wait for a parent that has already ended.
+parents_open AS (
+    SELECT count(*) AS n
+    FROM (SELECT p.status FROM jobs p
+          WHERE p.id IN (SELECT unnest(t.depends_on) FROM target t)
+          ORDER BY p.id
+          FOR NO KEY UPDATE) p
+    WHERE p.status IN ('waiting', 'scheduled', 'pending', 'running')
+),
 retried AS (
     UPDATE jobs j
-    SET status = 'pending', attempts = 0, run_at = now(),
+    SET status = CASE WHEN (SELECT n FROM parents_open) > 0 THEN 'waiting' ELSE 'pending' END,
+        attempts = 0, run_at = now(),
         lease_id = NULL, worker_id = NULL, lease_key_id = NULL, lease_instance = NULL,
         lease_ended_by = NULL, lease_expires_at = NULL, started_at = NULL, finished_at = NULL,
         result = NULL, updated_at = now()
@@ -965,123 +977,6 @@ LEFT JOIN queues q ON q.name = j.queue
 LEFT JOIN flow_state ks ON ks.key = 'key:' || j.queue || '|' || j.concurrency_key
 LEFT JOIN flow_state qs ON qs.key = 'queue:' || j.queue
 WHERE j.id = :id;
-
--- name: job_reap
--- Moves at most :batch_size running jobs whose lease expired (or whose run time passed timeout_seconds) to scheduled after a backoff, or to dead on the last attempt; the attempt's claim and its end go to job_events.
-WITH clock AS (
-    SELECT COALESCE(CAST(:now AS timestamptz), now()) AS now
-),
-expired AS MATERIALIZED (
-    SELECT j.id,
-           j.timeout_seconds IS NOT NULL
-               AND c.now >= j.started_at + make_interval(secs => j.timeout_seconds) AS timed_out
-    FROM jobs j, clock c
-    -- The bound is written out, not read from clock: a column of a materialized CTE gives the
-    -- index walk no bound, and it would read every running job on every tick.
-    WHERE j.status = 'running' AND j.lease_expires_at < COALESCE(CAST(:now AS timestamptz), now())
-    ORDER BY j.lease_expires_at
-    LIMIT :batch_size
-    FOR UPDATE OF j SKIP LOCKED
-),
-reasons AS (
-    SELECT id, timed_out,
-           CASE WHEN timed_out THEN 'timed out' ELSE 'lease expired' END AS reason
-    FROM expired
-),
-reaped AS (
-    UPDATE jobs j
-    SET status = CASE WHEN j.attempts < j.max_attempts THEN 'scheduled' ELSE 'dead' END,
-        run_at = CASE WHEN j.attempts < j.max_attempts
-                      THEN c.now + jobq_backoff(j.attempts, CAST(:backoff_base AS float8),
-                                                CAST(:backoff_cap AS float8))
-                      ELSE j.run_at END,
-        finished_at = CASE WHEN j.attempts < j.max_attempts THEN NULL ELSE c.now END,
-        last_error = r.reason,
-        errors = jobq_errors_append(
-            j.errors,
-            jsonb_build_object('attempt', j.attempts, 'at', c.now, 'error', r.reason,
-                               'worker_id', j.worker_id,
-                               'kind', CASE WHEN r.timed_out THEN 'timed_out' ELSE 'lease_expired' END),
-            CAST(:errors_kept AS int)),
-        -- The lease id stays, so a late call with it learns it expired or timed out; as that is
-        -- not the caller's own transition it is never taken for a replay.
-        lease_ended_by = CASE WHEN r.timed_out THEN 'timeout' ELSE 'expire' END,
-        lease_expires_at = NULL,
-        updated_at = now()
-    FROM reasons r, clock c
-    WHERE j.id = r.id AND j.status = 'running' AND j.lease_expires_at < c.now
-    RETURNING j.id, j.queue, j.status, j.flow_keys IS NOT NULL AS freed_flow, j.type,
-              j.id AS job_id, j.started_at, j.attempts, j.worker_id, j.lease_key_id,
-              j.lease_instance, j.run_at, r.timed_out, r.reason
-),
-events AS (
-    INSERT INTO job_events (job_id, at, kind, attempt, actor, actor_key_id, instance, data)
-    SELECT f.job_id, e.at, e.kind, f.attempts, f.worker_id, f.lease_key_id, f.lease_instance,
-           e.data
-    FROM reaped f
-    CROSS JOIN LATERAL (VALUES
-        ({{ job_event_claim }}),
-        (now(), CASE WHEN f.timed_out THEN 'timed_out' ELSE 'lease_expired' END,
-         jsonb_build_object('error', f.reason, 'status', f.status,
-                            'run_at', CASE WHEN f.status <> 'dead' THEN f.run_at END))
-    ) AS e(at, kind, data)
-)
-SELECT id, queue, status, freed_flow, type FROM reaped;
-
--- name: job_promote
--- Moves at most :batch_size scheduled jobs whose run_at has come to pending, oldest first, recording each in job_events; answers their queues.
-WITH due AS MATERIALIZED (
-    SELECT id
-    FROM jobs
-    WHERE status = 'scheduled' AND run_at <= COALESCE(CAST(:now AS timestamptz), now())
-    ORDER BY run_at
-    LIMIT :batch_size
-    FOR UPDATE SKIP LOCKED
-),
-promoted AS (
-    UPDATE jobs j
-    SET status = 'pending', updated_at = now()
-    FROM due
-    WHERE j.id = due.id AND j.status = 'scheduled'
-    RETURNING j.id, j.queue, j.run_at
-),
-events AS (
-    INSERT INTO job_events (job_id, kind, data)
-    SELECT id, 'promoted', jsonb_build_object('run_at', run_at) FROM promoted
-)
-SELECT queue FROM promoted;
-
--- name: job_prune
--- Deletes at most :batch_size finished jobs whose retention has passed (succeeded, cancelled, dead each have their own), walking each state's own range of the index.
-WITH clock AS (
-    SELECT COALESCE(CAST(:now AS timestamptz), now()) AS now
-),
-cutoffs AS (
-    SELECT s.status, c.now - make_interval(secs => s.retention) AS before
-    FROM clock c,
-         (VALUES ('succeeded', CAST(:succeeded_seconds AS float8)),
-                 ('cancelled', CAST(:cancelled_seconds AS float8)),
-                 ('dead', CAST(:dead_seconds AS float8))) AS s(status, retention)
-),
-doomed AS MATERIALIZED (
-    SELECT d.id
-    FROM cutoffs co
-    CROSS JOIN LATERAL (
-        SELECT j.id
-        FROM jobs j
-        -- The IN list repeats the partial index's predicate, so the planner may use it.
-        WHERE j.status IN ('succeeded', 'cancelled', 'dead')
-          AND j.status = co.status AND j.finished_at < co.before
-        ORDER BY j.status, j.finished_at
-        LIMIT :batch_size
-        FOR UPDATE SKIP LOCKED
-    ) d
-    LIMIT :batch_size
-)
-DELETE FROM jobs j
-USING doomed
-WHERE j.id = doomed.id AND j.status IN ('succeeded', 'cancelled', 'dead')
-RETURNING j.id;
 
 -- name: job_due_in_queues
 -- Counts (up to :cap) due pending jobs in each of the given unpaused queues, for the long-poll backstop.
