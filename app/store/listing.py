@@ -18,6 +18,7 @@ from sqlalchemy import (
     Text,
     and_,
     any_,
+    case,
     cast,
     delete,
     exists,
@@ -261,6 +262,9 @@ def job_bulk_batch_query(
         jobs.c.id == any_(func.array(select(locked.c.id).scalar_subquery())),
         jobs.c.status == any_(wanted),
     )
+    values = dict(_BULK_SET.get(action, {}))
+    if action is BulkAction.RETRY:
+        values["status"] = _retried_status(locked)
     if action is BulkAction.DELETE:
         change: Any = delete(jobs).where(chosen).returning(jobs.c.id).cte("changed")
         recorded = None
@@ -268,7 +272,7 @@ def job_bulk_batch_query(
         change = (
             update(jobs)
             .where(chosen, jobs.c.id == locked.c.id)
-            .values(dict(_BULK_SET[action]))
+            .values(values)
             .returning(jobs.c.id, *[locked.c[name].label(f"was_{name}") for name in _BEFORE_CHANGE])
             .cte("changed")
         )
@@ -287,9 +291,33 @@ def job_bulk_batch_query(
     return query
 
 
+def _retried_status(locked: Any) -> Any:
+    """A retried job's new state: waiting while one of its parents is open, pending otherwise.
+
+    The parents of the batch's jobs are locked first (in id order), as ``job_retry`` does: a
+    parent finishing at that moment is waited for and read as it ended, or finishes after this
+    commits and its trigger finds the job waiting.
+    """
+    parent = jobs.alias("parent")
+    wanted = select(func.unnest(locked.c.depends_on)).where(locked.c.depends_on.is_not(None))
+    parents = (
+        select(parent.c.id, parent.c.status)
+        .where(parent.c.id.in_(wanted))
+        .order_by(parent.c.id)
+        .with_for_update(key_share=True, of=parent)
+        .cte("parents")
+    )
+    parents_open = exists().where(
+        parents.c.id == any_(jobs.c.depends_on),
+        parents.c.status.in_(("waiting", "scheduled", "pending", "running")),
+    )
+    return case((parents_open, literal("waiting")), else_=literal("pending"))
+
+
 _BEFORE_CHANGE = (
     "id",
     "status",
+    "depends_on",
     "started_at",
     "finished_at",
     "attempts",
