@@ -111,10 +111,13 @@ def build_router() -> APIRouter:
         limit: Annotated[int, Query(ge=1, le=FAILURE_GROUPS_MAX)] = 50,
     ) -> wire.FailureList:
         """Failed attempts of the last ``window_seconds`` (expired and timed-out leases
-        included), grouped by queue, job type, error type and the message with quoted values,
-        UUIDs, long hex strings and numbers masked; largest group first, with counts, first and
-        last seen, and sample jobs. Reads at most the newest 20,000 failures of the window
-        (``truncated`` says when there were more)."""
+        included), grouped by cause as error trackers group them: by queue, job type, error type
+        and the fingerprint of the traceback's frames (file and function, no line numbers or
+        values) for failures sent with a traceback, else the message with quoted values, e-mail
+        addresses, query strings and every token holding a digit masked. Largest group first,
+        with counts, first and last seen, where the newest was raised, and sample jobs. Reads at
+        most the newest 20,000 failures of the window (``truncated`` says when there were
+        more)."""
         if queue is not None:
             allow_queue(caller, queue, field="query.queue")
         found = await services.history.failures(
@@ -130,7 +133,10 @@ def build_router() -> APIRouter:
                     queue=g.queue,
                     type=g.type,
                     error_type=g.error_type,
+                    fingerprint=g.fingerprint,
+                    grouped_by="traceback" if g.by_traceback else "message",
                     pattern=g.pattern,
+                    culprit=g.culprit,
                     failures=g.failures,
                     failures_last_hour=g.failures_last_hour,
                     jobs=g.jobs,
@@ -163,7 +169,10 @@ def build_router() -> APIRouter:
         statuses = [s.value for s in bulk_states(bulk, None) or ()]
         ids = await services.history.failure_group_jobs(
             FailureKey(
-                queue=body.queue, type=body.type, error_type=body.error_type, pattern=body.pattern
+                queue=body.queue,
+                type=body.type,
+                error_type=body.error_type,
+                fingerprint=body.fingerprint,
             ),
             window_seconds=body.window_seconds,
             statuses=statuses,

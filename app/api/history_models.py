@@ -19,6 +19,9 @@ from pydantic_core import PydanticCustomError
 
 from app.domain.bounds import ERROR_TYPE_MAX_CHARS, MAX_BIGINT, TRACEBACK_MAX_CHARS
 
+# A failure group's fingerprint: of a traceback's frames (t:) or of a masked message (m:).
+FINGERPRINT_PATTERN = "^[tm]:[0-9a-f]{32}$"
+
 EVENT_KINDS = Literal[
     "enqueued",
     "claimed",
@@ -121,8 +124,24 @@ class FailureGroup(BaseModel):
         description="The error's type as the worker sent it; lease_expired or timed_out for "
         "attempts the service ended, the failure's kind for an error sent as plain text."
     )
+    fingerprint: str = Field(
+        description="What the group is, within its queue, job type and error type: ``t:`` and a "
+        "hash of the traceback's frames (file and function, no line numbers) for failures sent "
+        "with a traceback, else ``m:`` and a hash of ``pattern``. With queue, type and "
+        "error_type, the key POST /v1/failures/{action} takes."
+    )
+    grouped_by: Literal["traceback", "message"] = Field(
+        description="traceback: by error type and the traceback's frames, whatever the messages "
+        "say; message: by error type and the masked message."
+    )
     pattern: str = Field(
-        description="The message with quoted values, UUIDs, long hex strings and numbers masked."
+        description="The message with quoted values, e-mail addresses, query strings and every "
+        "token holding a digit masked (<n> a number, <id> any other token); for a traceback "
+        "group, its newest failure's."
+    )
+    culprit: str | None = Field(
+        description="Where the newest failure was raised, from its traceback: the innermost frame "
+        "of the application's own code, as ``file in function``; null without a traceback."
     )
     failures: int = Field(description="Failed attempts in the window.")
     failures_last_hour: int
@@ -154,7 +173,10 @@ class FailureGroupAction(BaseModel):
     queue: str = Field(min_length=1, max_length=1000)
     type: str = Field(min_length=1, max_length=10_000)
     error_type: str = Field(min_length=1, max_length=ERROR_TYPE_MAX_CHARS)
-    pattern: str = Field(max_length=10_000)
+    fingerprint: str = Field(
+        pattern=FINGERPRINT_PATTERN,
+        description="The group's fingerprint, as GET /v1/failures has it.",
+    )
     window_seconds: float = Field(default=86_400, gt=0, le=30 * 86_400, allow_inf_nan=False)
     dry_run: bool = Field(
         default=False, description="Count the jobs the action would change, and change none."

@@ -19,6 +19,7 @@ from app.api.lease_models import ClaimResponse, LeaseResults, SettleResults
 from app.api.render import claimed, json_response, lease_results_response, settle_response
 from app.api.schemas import TraceParent, json_size_at_most
 from app.auth.keys import Permission, Principal
+from app.domain.fingerprints import failure_fingerprint
 from app.domain.types import NOT_GIVEN, ClaimAsk, LeaseOutcome, LeaseTransition, LeaseUpdate
 from app.errors import PROBLEM
 from app.http import tracing
@@ -58,13 +59,17 @@ def _update(item: lease.LeaseRef, worker_id: str, key_id: int | None) -> LeaseUp
         return LeaseUpdate(job_id=job_id, lease_id=lease_id, result=item.result, **owner)
     if isinstance(item, lease.FailItem):
         error = item.error
+        detail = None if isinstance(error, str) else error
+        traceback = detail.traceback if detail is not None else None
         return LeaseUpdate(
             job_id=job_id,
             lease_id=lease_id,
             **owner,
-            error=error.message if not isinstance(error, str) else error,
-            error_type=error.type if not isinstance(error, str) else None,
-            traceback=error.traceback if not isinstance(error, str) else None,
+            error=detail.message if detail is not None else str(error),
+            error_type=detail.type if detail is not None else None,
+            traceback=traceback,
+            # Here, before the call takes a connection: a pure scan of the text.
+            fingerprint=failure_fingerprint(traceback),
             retryable=item.retryable,
             retry_after_seconds=item.retry_after_seconds,
             checkpoint=sent("checkpoint"),

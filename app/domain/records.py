@@ -431,26 +431,6 @@ class JobHistoryEntry(Record):
 
 
 @dataclass(slots=True)
-class FailureGroup(Record):
-    """Recent failures of one cause (``job_failure_groups``): queue, job type, error type and the
-    message with its numbers, ids and quoted values masked."""
-
-    queue: str
-    type: str
-    error_type: str
-    pattern: str
-    failures: int
-    failures_last_hour: int
-    jobs: int
-    dead_jobs: int
-    first_seen_at: datetime
-    last_seen_at: datetime
-    last_message: str
-    sample_job_ids: list[int]
-    scanned: int
-
-
-@dataclass(slots=True)
 class WorkerSeen(Record):
     """A worker seen claiming lately, or holding leases (``worker_overview``)."""
 

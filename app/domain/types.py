@@ -35,7 +35,9 @@ class LeaseUpdate:
     belongs to its worker). Each transition reads its own fields: heartbeat ``lease_seconds``,
     ``checkpoint`` and ``progress``; complete ``result``; fail ``error``, ``retryable``,
     ``retry_after_seconds``, ``checkpoint`` and, when the worker sent a structured error,
-    ``error_type`` and ``traceback``; release ``delay_seconds`` and ``checkpoint``.
+    ``error_type``, ``traceback`` and the traceback's ``fingerprint``
+    (:func:`app.domain.fingerprints.failure_fingerprint`, what groups it with failures of the
+    same cause); release ``delay_seconds`` and ``checkpoint``.
     """
 
     job_id: int
@@ -49,6 +51,7 @@ class LeaseUpdate:
     error: str = ""  # the message (the whole error text when it came as a string)
     error_type: str | None = None
     traceback: str | None = None
+    fingerprint: str | None = None  # None: no traceback, or none with a frame
     retryable: bool = True
     retry_after_seconds: float | None = None  # None: the backoff
     delay_seconds: float = 0.0

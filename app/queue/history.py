@@ -3,10 +3,11 @@ them during an incident.
 
 The history is written by the transitions themselves (``sql/jobs.sql``, in the transition's own
 statement); this service reads it. Failures are grouped from the recorded failed, expired and
-timed-out attempts of a recent window, by queue, job type, error type and the message with its
-numbers, ids and quoted values masked (``jobq_mask_message``, migration 0017). A queue's figures
-over a window (failure rates, wait and run percentiles) come from its newest finished jobs' own
-columns (``queue_window_stats``).
+timed-out attempts of a recent window, by queue, job type, error type and cause: the fingerprint
+of the traceback's frames the failure was recorded with (app/domain/fingerprints.py), else the
+message with every token holding a digit or a quoted value masked (``jobq_failure_pattern``,
+migration 0027). A queue's figures over a window (failure rates, wait and run percentiles) come
+from its newest finished jobs' own columns (``queue_window_stats``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from app.domain.bounds import valid_id
-from app.domain.records import FailureGroup, JobHistoryEntry, QueueWindowStats
+from app.domain.failure_records import FailureGroup
+from app.domain.records import JobHistoryEntry, QueueWindowStats
 from app.errors import NotFound
 from app.queue.cursors import decode_event_cursor, encode_event_cursor
 from app.store import Stores
@@ -34,12 +36,12 @@ QUEUE_STATS_SCANNED_MAX = 2_000
 
 @dataclass(frozen=True)
 class FailureKey:
-    """One failure group, as GET /v1/failures names it."""
+    """One failure group, as GET /v1/failures keys it."""
 
     queue: str
     type: str
     error_type: str
-    pattern: str
+    fingerprint: str
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,22 @@ class HistoryService:
             since=since, groups=groups, scanned=scanned, truncated=scanned >= FAILURES_SCANNED_MAX
         )
 
+    async def failure_group(
+        self, key: FailureKey, *, window_seconds: float, limit: int = 200
+    ) -> FailureGroup | None:
+        """The group ``key`` names as the window's grouping shows it now, if it is among its
+        queue's ``limit`` largest: what a confirmation shows of the group it acts on."""
+        found = await self.failures(window_seconds=window_seconds, queue=key.queue, limit=limit)
+        return next(
+            (
+                g
+                for g in found.groups
+                if (g.type, g.error_type, g.fingerprint)
+                == (key.type, key.error_type, key.fingerprint)
+            ),
+            None,
+        )
+
     async def failure_group_jobs(
         self,
         key: FailureKey,
@@ -125,7 +143,7 @@ class HistoryService:
                     queue=key.queue,
                     type=key.type,
                     error_type=key.error_type,
-                    pattern=key.pattern,
+                    fingerprint=key.fingerprint,
                     statuses=statuses,
                     queue_patterns=queue_patterns,
                     scan=FAILURES_SCANNED_MAX,

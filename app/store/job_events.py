@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from app.domain.records import FailureGroup, JobHistoryEntry
+from app.domain.failure_records import FailureGroup
+from app.domain.records import JobHistoryEntry
 from app.store.conn import Conn
 
 
@@ -46,7 +47,8 @@ class JobEventStore:
         samples: int,
         limit: int,
     ) -> list[FailureGroup]:
-        """The newest ``scan`` failures since ``since``, grouped by cause, largest group first."""
+        """The newest ``scan`` failures since ``since``, grouped by cause (the traceback's
+        fingerprint, else the masked message), largest group first."""
         rows = await conn.fetch(
             "job_failure_groups",
             {
@@ -68,7 +70,7 @@ class JobEventStore:
         queue: str,
         type: str,
         error_type: str,
-        pattern: str,
+        fingerprint: str,
         statuses: Sequence[str],
         queue_patterns: Sequence[str] | None,
         scan: int,
@@ -82,7 +84,7 @@ class JobEventStore:
                 "queue": queue,
                 "type": type,
                 "error_type": error_type,
-                "pattern": pattern,
+                "fingerprint": fingerprint,
                 "statuses": list(statuses),
                 "queue_patterns": list(queue_patterns) if queue_patterns is not None else None,
                 "scan": scan,

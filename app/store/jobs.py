@@ -87,6 +87,7 @@ def _lease_params(item: LeaseUpdate) -> dict[str, Any]:
         "error": item.error,
         "error_type": item.error_type,
         "traceback": item.traceback,
+        "fingerprint": item.fingerprint,
         "retryable": item.retryable,
         "retry_after_seconds": item.retry_after_seconds,
         "delay_seconds": item.delay_seconds,

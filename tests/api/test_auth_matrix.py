@@ -131,7 +131,7 @@ def _body(method: str, path: str, seed: dict[str, Any]) -> dict[str, Any] | None
             "queue": "emails",
             "type": "t",
             "error_type": "failed",
-            "pattern": "x",
+            "fingerprint": "m:" + "0" * 32,
         },
         ("PUT", "/v1/limits"): {"scope": "queue", "pattern": "emails", "max_running": 3},
         ("PUT", "/v1/schedules/{name}"): {

@@ -11,6 +11,7 @@ from fastapi import FastAPI
 
 from tests.api.dashboard import DashboardKeys, api, csrf_of, signed_in
 from tests.api.helpers import lease
+from tests.failure_scene import CAUSES, JOBS_PER_CAUSE, fail_scene
 
 
 @pytest.fixture
@@ -82,7 +83,8 @@ async def test_a_viewer_sees_failures_but_no_group_actions(
         html = (await viewer.get("/dashboard/failures")).text
         assert 'class="failure-group"' in html and "group-retry" not in html
         refused = await viewer.get(
-            "/dashboard/failures/group?action=retry&queue=sync&type=pull&error_type=KeyError&pattern=x"
+            "/dashboard/failures/group?action=retry&queue=sync&type=pull&error_type=KeyError"
+            f"&fingerprint=m:{'0' * 32}"
         )
         assert refused.status_code == 403
 
@@ -104,3 +106,40 @@ async def test_a_retrying_job_shows_as_retrying_and_runs_now_from_its_page(
     assert f"Job {job_id} is due now" in after
     assert 'id="job-status">pending</span>' in after
     assert "run now by admin" in after
+
+
+async def test_the_failures_page_shows_one_row_per_cause_and_retries_exactly_one(
+    app: FastAPI, admin: httpx.AsyncClient, dashboard_keys: DashboardKeys
+) -> None:
+    """Issue 40: the page showed one mailbox error as dozens of rows of one job each, and
+    "Retry group" acted on one job a row; it shows one row per cause of the scene."""
+    async with api(app, dashboard_keys.admin) as client:
+        ids = await fail_scene(client)
+    html = (await admin.get("/dashboard/failures")).text
+    rows = re.findall(r'<tr class="failure-group".*?</tr>', html, re.S)
+    assert len(rows) == len(CAUSES)
+    assert all(f'<td class="num failures">{JOBS_PER_CAUSE}</td>' in row for row in rows)
+    # The same KeyError from two code paths: two rows, each saying where it was raised.
+    key_errors = [row for row in rows if 'data-error-type="KeyError"' in row]
+    assert len(key_errors) == 2
+    [sync] = [row for row in key_errors if "sync/users.py in pull_user" in row]
+    assert "billing/invoices.py in build_invoice" not in sync
+    link = re.search(r'href="(/dashboard/failures/group\?action=retry&amp;[^"]+)"', sync)
+    assert link is not None
+    confirm = await admin.get(link.group(1).replace("&amp;", "&"))
+    assert confirm.status_code == 200
+    assert f"This will retry <strong>{JOBS_PER_CAUSE}</strong> jobs" in confirm.text
+    assert "sync/users.py in pull_user" in confirm.text
+    listed = re.search(r'name="ids" value="([0-9,]+)"', confirm.text)
+    assert listed is not None
+    assert sorted(int(i) for i in listed.group(1).split(",")) == ids["user missing (sync)"]
+    fields = dict(
+        re.findall(r'<input type="hidden" name="([a-z_]+)" value="([^"]*)"', confirm.text)
+    )
+    done = await admin.post("/dashboard/failures/group", data=fields)
+    assert done.status_code == 303
+    after = await admin.get(done.headers["location"])
+    assert f"Retried {JOBS_PER_CAUSE} jobs" in after.text
+    async with api(app, dashboard_keys.admin) as client:
+        for job_id in ids["user missing (invoice)"][:5]:
+            assert (await client.get(f"/v1/jobs/{job_id}")).json()["status"] == "dead"

@@ -67,6 +67,7 @@ def test_upgrade_downgrade_upgrade_round_trip(empty_database: str) -> None:
         "jobq_notify_finished",
         "jobq_progress_decile",
         "jobq_mask_message",
+        "jobq_failure_pattern",
         "jobq_events_deleted",
         "jobq_events_truncated",
         "jobq_linked_inserted",

@@ -1,7 +1,10 @@
 """Failures (``/dashboard/failures``): recent failures grouped by cause; retry or cancel a group.
 
-A group's action is confirmed first: the confirmation lists the group's jobs as they are then,
-and the action acts on exactly those (each if it is still in a state the action takes).
+A group is keyed by queue, job type, error type and fingerprint (its traceback's frames, or its
+masked message: app/domain/fingerprints.py). A group's action is confirmed first: the
+confirmation shows the group as the grouping has it now (read again, not from the link) and
+lists its jobs as they are then, and the action acts on exactly those (each if it is still in a
+state the action takes).
 """
 
 from __future__ import annotations
@@ -42,10 +45,10 @@ async def failures(call: Call) -> Response:
             "queue": g.queue,
             "type": g.type,
             "error_type": g.error_type,
-            "pattern": g.pattern,
+            "fingerprint": g.fingerprint,
             "window": str(window),
         }
-        groups.append({**asdict(g), "key": urlencode(key)})
+        groups.append({**asdict(g), "culprit": g.culprit, "key": urlencode(key)})
     return call.page(
         "failures",
         nav="failures",
@@ -61,16 +64,16 @@ def _group(call: Call, fields: Mapping[str, str]) -> tuple[BulkAction, FailureKe
     action_text = fields.get("action", "")
     if action_text not in (BulkAction.RETRY.value, BulkAction.CANCEL.value):
         raise call.refuse(400, "Choose retry or cancel.")
-    names = ("queue", "type", "error_type")
-    if any(not fields.get(name) for name in names) or "pattern" not in fields:
-        raise call.refuse(400, "Name the failure group: queue, type, error_type and pattern.")
+    names = ("queue", "type", "error_type", "fingerprint")
+    if any(not fields.get(name) for name in names):
+        raise call.refuse(400, "Name the failure group: queue, type, error_type and fingerprint.")
     if not call.caller.principal.covers(fields["queue"]):
         raise call.refuse(403, f"This key does not cover queue {fields['queue']!r}.")
     key = FailureKey(
         queue=fields["queue"],
         type=fields["type"],
         error_type=fields["error_type"],
-        pattern=fields["pattern"],
+        fingerprint=fields["fingerprint"],
     )
     return BulkAction(action_text), key, _window(fields)
 
@@ -82,11 +85,13 @@ async def group_confirm(call: Call) -> Response:
     ids = await call.services.history.failure_group_jobs(
         key, window_seconds=window, statuses=statuses, limit=GROUP_JOBS_MAX
     )
+    shown = await call.services.history.failure_group(key, window_seconds=window)
     return call.render(
         "failures_confirm.html",
         nav="failures",
         action=action.value,
         group=key,
+        shown=shown,
         window=window,
         ids=ids,
         touched=statuses,

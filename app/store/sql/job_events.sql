@@ -44,7 +44,12 @@ ORDER BY ev.at, ev.id
 LIMIT :limit;
 
 -- name: job_failure_groups
--- Groups the newest failures (at most :scan of them) since :since by queue, job type, error type and the message with its numbers, ids and quoted values masked; with :queue_patterns (LIKE), only matching queues.
+-- Groups the newest failures (at most :scan of them) since :since by queue, job type, error type and cause: the fingerprint of the traceback's frames the failure was recorded with, else the message with every token holding a digit or a quoted value masked; with :queue_patterns (LIKE), only matching queues.
+-- A group's key is (queue, type, error_type, fingerprint): the traceback's fingerprint, or "m:"
+-- and the md5 of the masked message. Only failures without a fingerprint are masked (old ones,
+-- those sent without a traceback, expired and timed-out leases); a traceback group shows the
+-- masked message of its newest failure, and every group the traceback of its newest failure
+-- (read for the groups answered only), from which the service says where it was raised.
 WITH recent AS MATERIALIZED (
     SELECT e.id, e.job_id, e.at, e.kind, e.data
     FROM job_events e
@@ -54,36 +59,51 @@ WITH recent AS MATERIALIZED (
     LIMIT :scan
 ),
 failures AS (
-    SELECT r.job_id, r.at, j.queue, j.type, j.status,
+    SELECT r.id AS event_id, r.job_id, r.at, j.queue, j.type, j.status,
            COALESCE(r.data->>'type', r.kind) AS error_type,
-           COALESCE(r.data->>'error', '') AS message
+           COALESCE(r.data->>'error', '') AS message,
+           r.data->>'fingerprint' AS frames
     FROM recent r
     JOIN jobs j ON j.id = r.job_id
     WHERE (CAST(:queue_patterns AS text[]) IS NULL
            OR j.queue LIKE ANY (CAST(:queue_patterns AS text[])))
       AND (CAST(:queue AS text) IS NULL OR j.queue = CAST(:queue AS text))
 ),
-masked AS (
-    SELECT f.*, jobq_mask_message(f.message) AS pattern
+keyed AS (
+    SELECT f.*, CASE WHEN f.frames IS NULL THEN jobq_failure_pattern(f.message) END AS pattern
     FROM failures f
+),
+groups AS (
+    SELECT k.queue, k.type, k.error_type, k.frames, k.pattern,
+           count(*) AS failures,
+           count(*) FILTER (WHERE k.at >= now() - interval '1 hour') AS failures_last_hour,
+           count(DISTINCT k.job_id) AS jobs,
+           count(DISTINCT k.job_id) FILTER (WHERE k.status = 'dead') AS dead_jobs,
+           min(k.at) AS first_seen_at,
+           max(k.at) AS last_seen_at,
+           (array_agg(k.message ORDER BY k.at DESC, k.event_id DESC))[1] AS last_message,
+           (array_agg(k.event_id ORDER BY k.at DESC, k.event_id DESC))[1] AS last_event_id,
+           (array_agg(DISTINCT k.job_id ORDER BY k.job_id DESC))[1:CAST(:samples AS int)]
+               AS sample_job_ids
+    FROM keyed k
+    GROUP BY k.queue, k.type, k.error_type, k.frames, k.pattern
+    ORDER BY count(*) DESC, max(k.at) DESC
+    LIMIT :limit
 )
-SELECT m.queue, m.type, m.error_type, m.pattern,
-       count(*) AS failures,
-       count(*) FILTER (WHERE m.at >= now() - interval '1 hour') AS failures_last_hour,
-       count(DISTINCT m.job_id) AS jobs,
-       count(DISTINCT m.job_id) FILTER (WHERE m.status = 'dead') AS dead_jobs,
-       min(m.at) AS first_seen_at,
-       max(m.at) AS last_seen_at,
-       (array_agg(m.message ORDER BY m.at DESC))[1] AS last_message,
-       (array_agg(DISTINCT m.job_id ORDER BY m.job_id DESC))[1:CAST(:samples AS int)] AS sample_job_ids,
-       (SELECT count(*) FROM recent) AS scanned
-FROM masked m
-GROUP BY m.queue, m.type, m.error_type, m.pattern
-ORDER BY count(*) DESC, max(m.at) DESC
-LIMIT :limit;
+SELECT g.queue, g.type, g.error_type,
+       COALESCE(g.frames, 'm:' || md5(g.pattern)) AS fingerprint,
+       COALESCE(g.pattern, jobq_failure_pattern(g.last_message)) AS pattern,
+       g.failures, g.failures_last_hour, g.jobs, g.dead_jobs, g.first_seen_at, g.last_seen_at,
+       g.last_message, g.sample_job_ids,
+       (SELECT count(*) FROM recent) AS scanned,
+       g.frames IS NOT NULL AS by_traceback,
+       e.data->>'traceback' AS last_traceback
+FROM groups g
+LEFT JOIN job_events e ON e.id = g.last_event_id
+ORDER BY g.failures DESC, g.last_seen_at DESC;
 
 -- name: job_failure_group_ids
--- The jobs of one failure group (as job_failure_groups names it) now in one of :statuses, newest first, at most :limit: what "retry this group" and "cancel this group" act on.
+-- The jobs of one failure group (as job_failure_groups keys it: queue, type, error type and fingerprint) now in one of :statuses, newest first, at most :limit: what "retry this group" and "cancel this group" act on.
 WITH recent AS MATERIALIZED (
     SELECT e.job_id, e.kind, e.data
     FROM job_events e
@@ -97,7 +117,9 @@ FROM recent r
 JOIN jobs j ON j.id = r.job_id
 WHERE j.queue = CAST(:queue AS text) AND j.type = CAST(:type AS text)
   AND COALESCE(r.data->>'type', r.kind) = CAST(:error_type AS text)
-  AND jobq_mask_message(COALESCE(r.data->>'error', '')) = CAST(:pattern AS text)
+  AND COALESCE(r.data->>'fingerprint',
+               'm:' || md5(jobq_failure_pattern(COALESCE(r.data->>'error', ''))))
+      = CAST(:fingerprint AS text)
   AND j.status = ANY (CAST(:statuses AS text[]))
   AND (CAST(:queue_patterns AS text[]) IS NULL
        OR j.queue LIKE ANY (CAST(:queue_patterns AS text[])))

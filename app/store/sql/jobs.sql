@@ -636,6 +636,7 @@ items AS MATERIALIZED (
            t.item->>'error_type' AS error_type,
            -- A traceback keeps its end: the exception line is its last.
            right(t.item->>'traceback', CAST(:traceback_max_chars AS int)) AS traceback,
+           t.item->>'fingerprint' AS fingerprint,
            COALESCE((t.item->>'retryable')::boolean, true) AS retryable,
            (t.item->>'retry_after_seconds')::float8 AS retry_after_seconds,
            t.item ? 'checkpoint' AS has_checkpoint,
@@ -676,7 +677,7 @@ RETURNING i.ord, j.id AS job_id, j.status, j.run_at, j.queue, j.type,
           EXTRACT(EPOCH FROM now() - j.started_at)::float8 AS ran_seconds,
           j.flow_keys IS NOT NULL AS freed_flow,
           j.started_at, j.attempts, j.worker_id, j.lease_key_id, j.lease_instance,
-          i.error, i.error_type, i.traceback, i.retryable, i.has_checkpoint
+          i.error, i.error_type, i.traceback, i.fingerprint, i.retryable, i.has_checkpoint
 
 -- fragment: job_fail_events
 -- job_fail's events, from the rows its UPDATE (settled) took: the attempt's claim and the failure.
@@ -689,6 +690,7 @@ events AS (
         ({{ job_event_claim }}),
         (now(), 'failed', jsonb_strip_nulls(jsonb_build_object(
             'error', f.error, 'type', f.error_type, 'traceback', f.traceback,
+            'fingerprint', f.fingerprint,
             'retryable', f.retryable, 'checkpoint_saved', f.has_checkpoint,
             'status', f.status,
             'run_at', CASE WHEN f.status <> 'dead' THEN f.run_at END)))

@@ -708,10 +708,13 @@ export interface paths {
         /**
          * Failures
          * @description Failed attempts of the last ``window_seconds`` (expired and timed-out leases
-         *     included), grouped by queue, job type, error type and the message with quoted values,
-         *     UUIDs, long hex strings and numbers masked; largest group first, with counts, first and
-         *     last seen, and sample jobs. Reads at most the newest 20,000 failures of the window
-         *     (``truncated`` says when there were more).
+         *     included), grouped by cause as error trackers group them: by queue, job type, error type
+         *     and the fingerprint of the traceback's frames (file and function, no line numbers or
+         *     values) for failures sent with a traceback, else the message with quoted values, e-mail
+         *     addresses, query strings and every token holding a digit masked. Largest group first,
+         *     with counts, first and last seen, where the newest was raised, and sample jobs. Reads at
+         *     most the newest 20,000 failures of the window (``truncated`` says when there were
+         *     more).
          */
         get: operations["failures_v1_failures_get"];
         put?: never;
@@ -1522,10 +1525,26 @@ export interface components {
              */
             error_type: string;
             /**
+             * Fingerprint
+             * @description What the group is, within its queue, job type and error type: ``t:`` and a hash of the traceback's frames (file and function, no line numbers) for failures sent with a traceback, else ``m:`` and a hash of ``pattern``. With queue, type and error_type, the key POST /v1/failures/{action} takes.
+             */
+            fingerprint: string;
+            /**
+             * Grouped By
+             * @description traceback: by error type and the traceback's frames, whatever the messages say; message: by error type and the masked message.
+             * @enum {string}
+             */
+            grouped_by: "traceback" | "message";
+            /**
              * Pattern
-             * @description The message with quoted values, UUIDs, long hex strings and numbers masked.
+             * @description The message with quoted values, e-mail addresses, query strings and every token holding a digit masked (<n> a number, <id> any other token); for a traceback group, its newest failure's.
              */
             pattern: string;
+            /**
+             * Culprit
+             * @description Where the newest failure was raised, from its traceback: the innermost frame of the application's own code, as ``file in function``; null without a traceback.
+             */
+            culprit: string | null;
             /**
              * Failures
              * @description Failed attempts in the window.
@@ -1572,8 +1591,11 @@ export interface components {
             type: string;
             /** Error Type */
             error_type: string;
-            /** Pattern */
-            pattern: string;
+            /**
+             * Fingerprint
+             * @description The group's fingerprint, as GET /v1/failures has it.
+             */
+            fingerprint: string;
             /**
              * Window Seconds
              * @default 86400
