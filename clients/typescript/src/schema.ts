@@ -747,6 +747,51 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/maintenance/set-aside": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Set Aside
+         * @description The jobs a maintenance loop (reaper, promoter, pruner) could not move even alone:
+         *     each failed a batch, then failed again on its own, and is left out of that loop's
+         *     batches (with PostgreSQL's error) so that every other job keeps moving. Normally empty;
+         *     ``jobq_maintenance_set_aside`` on /metrics counts them. A scoped key sees its queues'.
+         */
+        get: operations["set_aside_v1_maintenance_set_aside_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/maintenance/set-aside/{loop}/{job_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Put Back
+         * @description Puts a set-aside job back into its loop's next batches (once its cause is fixed, e.g.
+         *     a trigger of yours that refused it); answers the row it removed. Audited
+         *     (``maintenance.put_back``). 404 when that loop had not set the job aside.
+         */
+        delete: operations["put_back_v1_maintenance_set_aside__loop___job_id__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/workflows": {
         parameters: {
             query?: never;
@@ -906,7 +951,7 @@ export interface components {
          * @description An admin action the audit trail records.
          * @enum {string}
          */
-        AuditAction: "job.cancel" | "job.retry" | "job.run_now" | "queue.pause" | "queue.resume" | "queue.create" | "queue.delete" | "key.create" | "key.revoke" | "key.rotate_webhook_secret" | "bulk.retry" | "bulk.cancel" | "bulk.delete" | "limit.set" | "limit.delete" | "schedule.create" | "schedule.update" | "schedule.delete" | "schedule.pause" | "schedule.resume" | "schedule.trigger" | "workflow.cancel" | "workflow.retry";
+        AuditAction: "job.cancel" | "job.retry" | "job.run_now" | "queue.pause" | "queue.resume" | "queue.create" | "queue.delete" | "key.create" | "key.revoke" | "key.rotate_webhook_secret" | "bulk.retry" | "bulk.cancel" | "bulk.delete" | "limit.set" | "limit.delete" | "schedule.create" | "schedule.update" | "schedule.delete" | "schedule.pause" | "schedule.resume" | "schedule.trigger" | "workflow.cancel" | "workflow.retry" | "maintenance.put_back";
         /**
          * AuditEntry
          * @description One recorded admin action: who, when (the database's clock), what it touched, the outcome.
@@ -1317,6 +1362,13 @@ export interface components {
              * @description Where the outcome is POSTed when the job finishes.
              */
             callback_url?: string | null;
+            /**
+             * Stored Json Errors
+             * @description Only on a job whose stored JSON no reader can take (written by an older version or by hand, past the checks of the API and jobq.enqueue()): each such field (payload, result, checkpoint, progress, errors) shows as null, and this says why. Claiming such a job fails it at once, with this reason.
+             */
+            stored_json_errors?: {
+                [key: string]: string;
+            } | null;
             /** Attempt */
             attempt: number;
             /** @description For a job that waited for others (depends_on): how they ended. */
@@ -1785,6 +1837,13 @@ export interface components {
              * @description Where the outcome is POSTed when the job finishes.
              */
             callback_url?: string | null;
+            /**
+             * Stored Json Errors
+             * @description Only on a job whose stored JSON no reader can take (written by an older version or by hand, past the checks of the API and jobq.enqueue()): each such field (payload, result, checkpoint, progress, errors) shows as null, and this says why. Claiming such a job fails it at once, with this reason.
+             */
+            stored_json_errors?: {
+                [key: string]: string;
+            } | null;
         };
         /**
          * JobBatch
@@ -2479,6 +2538,57 @@ export interface components {
             timeout_seconds: number | null;
             /** Concurrency Key */
             concurrency_key: string | null;
+        };
+        /**
+         * SetAside
+         * @description A job a maintenance loop could not move even alone, left out of its batches.
+         */
+        SetAside: {
+            /**
+             * Loop
+             * @description The loop that set it aside.
+             * @enum {string}
+             */
+            loop: "reaper" | "promoter" | "pruner";
+            /** Job Id */
+            job_id: number;
+            /** Queue */
+            queue: string | null;
+            /**
+             * Error
+             * @description What PostgreSQL answered when the job was tried alone.
+             */
+            error: string;
+            /** Sqlstate */
+            sqlstate: string | null;
+            /**
+             * Failures
+             * @description Times it was tried alone and failed.
+             */
+            failures: number;
+            /**
+             * First Failed At
+             * Format: date-time
+             */
+            first_failed_at: string;
+            /**
+             * Last Failed At
+             * Format: date-time
+             */
+            last_failed_at: string;
+            /**
+             * Job Status
+             * @description The job's state now (null: it was deleted).
+             */
+            job_status: string | null;
+        };
+        /**
+         * SetAsideList
+         * @description The jobs set aside, newest failure first.
+         */
+        SetAsideList: {
+            /** Jobs */
+            jobs: components["schemas"]["SetAside"][];
         };
         /**
          * SettleResults
@@ -5433,6 +5543,132 @@ export interface operations {
                 };
                 content: {
                     "application/problem+json": unknown;
+                };
+            };
+            /** @description Too many failed authentications from this address (Retry-After) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+        };
+    };
+    set_aside_v1_maintenance_set_aside_get: {
+        parameters: {
+            query?: {
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SetAsideList"];
+                };
+            };
+            /** @description No valid API key (WWW-Authenticate: Bearer) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+            /** @description The key's role or queue scopes do not allow this */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+            /** @description A field is invalid (named in errors) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+            /** @description Too many failed authentications from this address (Retry-After) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+        };
+    };
+    put_back_v1_maintenance_set_aside__loop___job_id__delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                loop: "reaper" | "promoter" | "pruner";
+                job_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SetAside"];
+                };
+            };
+            /** @description No valid API key (WWW-Authenticate: Bearer) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+            /** @description Problem (RFC 9457) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                };
+            };
+            /** @description Problem (RFC 9457) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": unknown;
+                };
+            };
+            /** @description A field is invalid (named in errors) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
                 };
             };
             /** @description Too many failed authentications from this address (Retry-After) */
