@@ -114,7 +114,7 @@ async def clean_db(engine: AsyncEngine) -> AsyncEngine:
         await conn.execute(
             text(
                 "TRUNCATE jobs, queues, api_keys, audit_log, flow_limits, flow_state, flow_released, schedules, workers, "
-                "workflows, ordering_keys, webhook_deliveries "
+                "workflows, ordering_keys, webhook_deliveries, maintenance_set_aside "
                 "RESTART IDENTITY"
             )
         )

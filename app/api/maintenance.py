@@ -95,9 +95,7 @@ def build_router() -> APIRouter:
         a trigger of yours that refused it); answers the row it removed. Audited
         (``maintenance.put_back``). 404 when that loop had not set the job aside."""
         if caller.scoped:
-            for row in await services.upkeep.set_aside_of_job(job_id):
-                if row.loop == loop and row.queue is not None:
-                    allow_queue(caller, row.queue, field="path.job_id")
+            allow_queue(caller, (await services.jobs.get(job_id)).queue, field="path.job_id")
         removed = await services.upkeep.put_back(
             loop=loop, job_id=job_id, actor=caller.name, actor_key_id=caller.key_id
         )

@@ -56,6 +56,8 @@ NEEDS: dict[tuple[str, str], str] = {
     ("POST", "/v1/queues/{name}/resume"): Permission.OPERATE,
     ("GET", "/v1/workers"): Permission.OBSERVE,
     ("GET", "/v1/audit"): Permission.OBSERVE,
+    ("GET", "/v1/maintenance/set-aside"): Permission.OBSERVE,
+    ("DELETE", "/v1/maintenance/set-aside/{loop}/{job_id}"): Permission.OPERATE,
     ("GET", "/v1/limits"): Permission.OBSERVE,
     ("PUT", "/v1/limits"): Permission.OPERATE,
     ("DELETE", "/v1/limits/{limit_id}"): Permission.OPERATE,
@@ -148,6 +150,7 @@ def _url(path: str, seed: dict[str, Any]) -> str:
         .replace("{action}", "cancel")
         .replace("{limit_id}", str(seed["limit"]["id"]))
         .replace("{workflow_id}", str(seed["workflow"]["id"]))
+        .replace("{loop}", "reaper")
     )
 
 
@@ -226,7 +229,7 @@ async def test_a_wrong_scope_key_of_the_right_role_is_refused_or_sees_nothing(
     assert response.status_code < 500, response.text
     listings = {"/v1/jobs": "jobs", "/v1/queues": "queues", "/v1/workers": "workers"}
     listings |= {"/v1/audit": "entries", "/v1/limits": "limits", "/v1/schedules": "schedules"}
-    listings |= {"/v1/failures": "groups"}
+    listings |= {"/v1/failures": "groups", "/v1/maintenance/set-aside": "jobs"}
     if method == "GET" and path in listings:
         assert response.status_code == 200
         assert response.json()[listings[path]] == []

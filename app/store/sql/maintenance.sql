@@ -62,8 +62,9 @@ events AS (
 )
 SELECT id, queue, status, freed_flow, type FROM reaped
 
--- name: job_reap
--- Moves at most :batch_size running jobs whose lease expired (or whose run time passed timeout_seconds) to scheduled after a backoff, or to dead on the last attempt; the attempt's claim and its end go to job_events.
+-- fragment: job_reap_expired
+-- The clock, and the head of the CTE of the leases a reap takes (its WHERE follows): each job's
+-- id and whether its run time passed timeout_seconds.
 WITH clock AS (
     SELECT COALESCE(CAST(:now AS timestamptz), now()) AS now
 ),
@@ -72,6 +73,10 @@ expired AS MATERIALIZED (
            j.timeout_seconds IS NOT NULL
                AND c.now >= j.started_at + make_interval(secs => j.timeout_seconds) AS timed_out
     FROM jobs j, clock c
+
+-- name: job_reap
+-- Moves at most :batch_size running jobs whose lease expired (or whose run time passed timeout_seconds) to scheduled after a backoff, or to dead on the last attempt; the attempt's claim and its end go to job_events.
+{{ job_reap_expired }}
     -- The bound is written out, not read from clock: a column of a materialized CTE gives the
     -- index walk no bound, and it would read every running job on every tick.
     WHERE j.status = 'running' AND j.lease_expires_at < COALESCE(CAST(:now AS timestamptz), now())
@@ -84,14 +89,7 @@ expired AS MATERIALIZED (
 
 -- name: job_reap_one
 -- As job_reap, for the one job :id (when its lease expired): what a failed batch is retried as.
-WITH clock AS (
-    SELECT COALESCE(CAST(:now AS timestamptz), now()) AS now
-),
-expired AS MATERIALIZED (
-    SELECT j.id,
-           j.timeout_seconds IS NOT NULL
-               AND c.now >= j.started_at + make_interval(secs => j.timeout_seconds) AS timed_out
-    FROM jobs j, clock c
+{{ job_reap_expired }}
     WHERE j.id = :id
       AND j.status = 'running' AND j.lease_expires_at < COALESCE(CAST(:now AS timestamptz), now())
     FOR UPDATE OF j SKIP LOCKED
