@@ -184,7 +184,7 @@ async def test_a_workflow_that_cannot_run_is_refused_naming_the_step(
         ({"name": "w", "steps": []}, "body.steps"),
         (
             {"name": "w", "steps": [{"name": "a", "type": "t", "idempotency_key": "k"}]},
-            "body.steps[0]",
+            "body.steps[0].idempotency_key",  # a job's field, not a step's
         ),
     ]
     for body, field in cases:
