@@ -80,6 +80,9 @@ def job_models(settings: Settings) -> JobModels:
     class CreateWorkflow(WorkflowRequest):
         __doc__ = WorkflowRequest.__doc__
         steps: Sequence[Step] = Field(min_length=1, max_length=settings.workflow_max_steps)
+        idempotency_key: Key | None = Field(
+            default=None, description=WorkflowRequest.model_fields["idempotency_key"].description
+        )
 
     class QueueSettings(wire.QueueSettings):
         __doc__ = wire.QueueSettings.__doc__

@@ -1,6 +1,6 @@
 """The queue core's view of enqueue requests: a NewJob per request (or workflow step), PlainJobs
 for a batch that needs only its insert, and the fingerprints that tell an idempotent replay from a
-reuse."""
+reuse (of a job's key, and of a workflow's)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from app.api.schemas import BatchCallback, EnqueueRequest, JobTemplate
+from app.api.workflow_models import WorkflowRequest
 from app.domain.types import NewJob, PlainJobs
 
 _LATER_FIELDS = ("callback_url", "depends_on", "on_parent_failure", "ordering_key")
@@ -21,6 +22,18 @@ def request_fingerprint(request: EnqueueRequest) -> str:
     # before they existed still matches its job's fingerprint.
     unset = {f for f in _LATER_FIELDS if getattr(request, f, None) is None}
     body = request.model_dump(mode="json", exclude={"idempotency_key", *unset})
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def workflow_fingerprint(request: WorkflowRequest) -> str:
+    """A stable hash of a workflow create (without its key), to tell a replay from a reuse.
+
+    Fields left at their defaults are left out, so a field added later (with a default) keeps
+    the fingerprints of requests made before it, and ``{"priority": 0}`` is the same request as
+    no priority.
+    """
+    body = request.model_dump(mode="json", exclude={"idempotency_key"}, exclude_defaults=True)
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 

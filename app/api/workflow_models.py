@@ -11,7 +11,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from app.api.schemas import JobTemplate, StrictModel, at_most
+from app.api.schemas import IdempotencyKey, JobTemplate, StrictModel, at_most
 
 STEP_NAME_MAX_CHARS = 128
 WORKFLOW_NAME_MAX_CHARS = 255
@@ -33,3 +33,10 @@ class WorkflowRequest(StrictModel):
 
     name: Annotated[str, at_most(WORKFLOW_NAME_MAX_CHARS)]
     steps: Sequence[WorkflowStep] = Field(min_length=1)
+    idempotency_key: IdempotencyKey | None = Field(
+        default=None,
+        description="Makes the create safe to send again: the same key with the same request "
+        "answers the workflow it made (200), with a different request a 422. One namespace for "
+        "all workflows; may also come as the Idempotency-Key header. Remembered as long as the "
+        "workflow is kept: until every step's job is pruned or deleted.",
+    )

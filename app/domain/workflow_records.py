@@ -31,6 +31,9 @@ class Workflow(Record):
     created_by: str | None
     created_by_key_id: int | None
     created_at: datetime
+    # Migration 0026: the create's idempotency key and its request's fingerprint.
+    idempotency_key: str | None = None
+    idempotency_hash: str | None = None
 
 
 @dataclass(slots=True)

@@ -33,14 +33,39 @@ class WorkflowStore:
         return [ParentOutcome.from_row(row) for row in rows]
 
     async def workflow_create(
-        self, conn: Conn, *, name: str, steps: int, actor: str | None, actor_key_id: int | None
-    ) -> Workflow:
-        """Records a workflow; its steps are enqueued next in the same transaction."""
+        self,
+        conn: Conn,
+        *,
+        name: str,
+        steps: int,
+        actor: str | None,
+        actor_key_id: int | None,
+        idempotency_key: str | None = None,
+        idempotency_hash: str | None = None,
+    ) -> Workflow | None:
+        """Records a workflow (its steps are enqueued next in the same transaction); ``None``
+        when another workflow holds ``idempotency_key``."""
         rows = await conn.fetch(
             "workflow_create",
-            {"name": name, "steps": steps, "actor": actor, "actor_key_id": actor_key_id},
+            {
+                "name": name,
+                "steps": steps,
+                "actor": actor,
+                "actor_key_id": actor_key_id,
+                "idempotency_key": idempotency_key,
+                "idempotency_hash": idempotency_hash,
+            },
         )
-        return Workflow.from_row(rows[0])
+        return Workflow.from_row(rows[0]) if rows else None
+
+    async def workflow_get_by_idempotency_key(
+        self, conn: Conn, *, idempotency_key: str
+    ) -> Workflow | None:
+        """The workflow holding ``idempotency_key``, or ``None``."""
+        rows = await conn.fetch(
+            "workflow_get_by_idempotency_key", {"idempotency_key": idempotency_key}
+        )
+        return Workflow.from_row(rows[0]) if rows else None
 
     async def workflow_get(self, conn: Conn, *, workflow_id: int) -> Workflow | None:
         """One workflow, or ``None``."""

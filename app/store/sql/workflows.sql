@@ -37,11 +37,21 @@ FROM (
 ORDER BY o.job_id, o.ord;
 
 -- name: workflow_create
--- Records a workflow (its name, step count and who made it); its steps are enqueued next, in the same transaction.
-INSERT INTO workflows (name, steps, created_by, created_by_key_id)
+-- Records a workflow (its name, step count, who made it, its idempotency key and the request's fingerprint); its steps are enqueued next, in the same transaction. No row back when another workflow holds the key.
+-- Of two creates with one key at once, the second's insert waits for the first's transaction
+-- on the unique index (migration 0026) and then skips: its next statement (READ COMMITTED)
+-- finds the first's workflow with workflow_get_by_idempotency_key.
+INSERT INTO workflows (name, steps, created_by, created_by_key_id, idempotency_key,
+                       idempotency_hash)
 VALUES (CAST(:name AS text), CAST(:steps AS int), CAST(:actor AS text),
-        CAST(:actor_key_id AS bigint))
+        CAST(:actor_key_id AS bigint), CAST(:idempotency_key AS text),
+        CAST(:idempotency_hash AS text))
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING *;
+
+-- name: workflow_get_by_idempotency_key
+-- Reads the workflow holding an idempotency key.
+SELECT * FROM workflows WHERE idempotency_key = CAST(:idempotency_key AS text);
 
 -- name: workflow_get
 -- Reads one workflow.
