@@ -15,10 +15,13 @@ class ParentOutcome(Record):
 
     job_id: int  # the claimed job
     id: int  # the parent
-    step: str | None
+    step: str | None  # None too when hidden
     status: str  # 'deleted' when the parent is gone
-    result: Any | None
-    by_reference: bool  # the result exists but is left to GET /v1/jobs/{id}
+    hidden: bool  # its queue is outside the claiming key's scopes: neither step nor result
+    has_result: bool
+    size: int  # of its result as JSON text (0 without one)
+    result: Any | None  # read when ``inline``
+    inline: bool  # the statement read its result for the claim (the rest is decided after)
 
 
 @dataclass(slots=True)

@@ -402,6 +402,7 @@ class JobService:
         queues: Sequence[str],
         max_jobs: int,
         lease_seconds: int | None,
+        queue_patterns: Sequence[str] | None,
     ) -> list[Job]:
         key = tuple(sorted(set(queues)))
         slots = [ClaimSlot(worker_id, key_id, lease_seconds)] * max_jobs
@@ -421,12 +422,26 @@ class JobService:
             finally:
                 if claims.idle and self._claims.get(key) is claims:
                     del self._claims[key]
-        return await self.handed(worker_id, key_id, [row for row in taken if row is not None])
+        return await self.handed(
+            worker_id,
+            key_id,
+            [row for row in taken if row is not None],
+            queue_patterns=queue_patterns,
+        )
 
-    async def handed(self, worker_id: str, key_id: int | None, claimed: list[Job]) -> list[Job]:
-        """Jobs a committed claim leased, their parents' results read in, the claims announced."""
+    async def handed(
+        self,
+        worker_id: str,
+        key_id: int | None,
+        claimed: list[Job],
+        *,
+        queue_patterns: Sequence[str] | None = None,
+    ) -> list[Job]:
+        """Jobs a committed claim leased, their parents' results read in (those of parents in
+        queues ``queue_patterns`` covers: the claiming key's scopes as SQL LIKE patterns;
+        ``None``: every queue), the claims announced."""
         if any(row.depends_on for row in claimed):
-            await self.parents.hand(claimed)
+            await self.parents.hand(claimed, queue_patterns=queue_patterns)
         self.events.publish(claimed_events(claimed, worker_id, key_id))
         return claimed
 
@@ -440,11 +455,14 @@ class JobService:
         wait_seconds: float = 0,
         stop: asyncio.Event | None = None,
         key_id: int | None = None,
+        queue_patterns: Sequence[str] | None = None,
     ) -> list[Job]:
         """Leases up to ``max_jobs`` due jobs; with ``wait_seconds``, long-polls until one comes.
 
         The leases go to ``worker_id`` within the API key ``key_id`` (``None`` without keys):
-        lease calls must name both.
+        lease calls must name both. A job that waited for others carries the results of those
+        in queues ``queue_patterns`` covers (the key's scopes, SQL LIKE; ``None``: every queue)
+        and only the id and state of the rest.
 
         Concurrent claims on the same queues share one claim statement (coalescing); each gets
         its own leases, best jobs to the earliest claim.
@@ -462,6 +480,7 @@ class JobService:
                 queues=queues,
                 max_jobs=max_jobs,
                 lease_seconds=lease_seconds,
+                queue_patterns=queue_patterns,
             )
 
         if wait_seconds <= 0 or self.hub.closed:

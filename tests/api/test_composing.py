@@ -163,6 +163,7 @@ async def test_a_workflow_is_created_read_cancelled_and_retried_whole(
         "status": "succeeded",
         "result": {"rows": 3},
         "result_by_reference": False,
+        "result_hidden": False,
     }
     r = await client.post(f"/v1/workflows/{workflow['id']}/cancel")
     assert r.json()["steps"] == {"clean": "cancelled", "load": "cancelled"}
