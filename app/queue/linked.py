@@ -17,6 +17,9 @@ from app.domain.workflow_records import ParentOutcome
 from app.store import Stores
 from app.store.unit import UnitOfWork
 
+# A key's queue scopes as SQL LIKE patterns (Principal.like_patterns); None: every queue.
+Scopes = Sequence[str] | None
+
 
 @dataclass(frozen=True)
 class ParentResultBounds:
@@ -89,9 +92,7 @@ class ParentReader:
         self.stores = stores
         self.bounds = bounds
 
-    async def hand(
-        self, claimed: Sequence[Job], *, queue_patterns: Sequence[str] | None = None
-    ) -> None:
+    async def hand(self, claimed: Sequence[Job], *, queue_patterns: Scopes = None) -> None:
         """Fills in ``parents`` of the claimed jobs that waited for others, telling the results
         only of parents in queues ``queue_patterns`` (SQL LIKE: the claiming key's scopes;
         ``None``: every queue) covers.
