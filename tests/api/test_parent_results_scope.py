@@ -120,30 +120,32 @@ async def test_only_results_that_come_inline_count_against_the_claims_budget(
     async with running_app(
         database_url, parent_result_inline_max_bytes=100, parent_results_max_bytes=150
     ) as client:
-        # Results in depends_on order: three too large to come inline, then two that fit in
-        # what is left once the first of them came, then one that no longer fits.
-        sizes = {"big1": 300, "big2": 300, "big3": 300, "small1": 60, "small2": 60, "small3": 60}
-        made = {}
-        for name in sizes:
-            made[name] = await _post(client, "/v1/jobs", {"queue": "p", "type": name})
+        # Results in depends_on order, and whether each comes inline (at most 100 bytes each,
+        # 150 in all, counting only those that come).
+        sizes = [
+            (300, False),  # too large to come inline: counts for nothing
+            (300, False),
+            (300, False),
+            (60, True),  # 60 of 150
+            (95, False),  # 155 would be over 150: by reference, and counts for nothing
+            (60, True),  # 120 of 150 (read after the others: the first read stopped at 95)
+            (31, False),  # 151 would be over 150
+        ]
+        parents = [await _post(client, "/v1/jobs", {"queue": "p", "type": "t"}) for _ in sizes]
         child = await _post(
             client,
             "/v1/jobs",
-            {"queue": "c", "type": "c", "depends_on": [j["id"] for j in made.values()]},
+            {"queue": "c", "type": "c", "depends_on": [p["id"] for p in parents]},
         )
-        for size in sizes.values():
+        results = []
+        for size, _ in sizes:
             # As jsonb prints it, {"s": "..."} is size bytes of text.
-            await _run(client, "p", {"s": "x" * (size - 9)})
+            results.append({"s": "x" * (size - 9)})
+            await _run(client, "p", results[-1])
         claimed = await _claim(client, "c")
         assert claimed["id"] == child["id"]
-        inline = [
-            (j["result"] is not None, j["result_by_reference"]) for j in claimed["parents"]["jobs"]
-        ]
-        assert inline == [
-            (False, True),
-            (False, True),
-            (False, True),
-            (True, False),  # 60 of 150
-            (True, False),  # 120 of 150
-            (False, True),  # 180 would be over 150
+        handed = [(j["result"], j["result_by_reference"]) for j in claimed["parents"]["jobs"]]
+        assert handed == [
+            (result if inline else None, not inline)
+            for result, (_, inline) in zip(results, sizes, strict=True)
         ]
