@@ -245,8 +245,8 @@ class Settings(BaseSettings):
         default=1024 * 1024,
         ge=0,
         le=256 * 1024 * 1024,
-        description="Most parent results, in all, one claimed job carries inline; past it the "
-        "rest go by reference.",
+        description="Most parent results, in all, one claimed job carries inline (only those "
+        "inline count); a result that does not fit what is left goes by reference.",
     )
     workflow_max_steps: int = Field(
         default=1000, ge=1, le=10000, description="Steps per workflow (POST /v1/workflows)."

@@ -66,7 +66,8 @@ class LeaseResults(list[dict[str, Any]]):
 
 
 def new_idempotency_key() -> str:
-    """A key for one logical enqueue, so that sending it again can never create a second job."""
+    """A key for one logical enqueue (or workflow create), so that sending it again can never
+    create a second job (or workflow)."""
     return f"auto:{secrets.token_urlsafe(16)}"
 
 
@@ -99,8 +100,8 @@ class Client:
 
     Every error answer raises :class:`JobqError` with the service's problem details; transport
     failures raise httpx's own ``httpx.TransportError`` subclasses unchanged, once a request safe
-    to repeat (reads, PUTs, enqueues, lease calls) was sent again after its connection broke
-    before any answer.
+    to repeat (reads, PUTs, enqueues, workflow creates, lease calls) was sent again after its
+    connection broke before any answer.
     """
 
     def __init__(
@@ -447,20 +448,30 @@ class Client:
     # -- workflows ---------------------------------------------------------------------------
 
     async def workflow(
-        self, name: str, steps: Sequence[Step | Mapping[str, Any]]
+        self,
+        name: str,
+        steps: Sequence[Step | Mapping[str, Any]],
+        *,
+        idempotency_key: str | None = None,
     ) -> dict[str, Any]:
         """Creates a workflow: every step's job in one transaction; answers the workflow.
 
         ``steps``: :class:`Step` values or dicts with the same keys (``name``, ``type``,
         ``after``: names of the steps it waits for, and any job field of :meth:`enqueue` but
-        ``idempotency_key``, ``depends_on`` and ``ordering_key``). Steps without ``after`` are due
-        at once; each other one waits until its parents end. A cycle, a duplicate or an unknown
-        step name raises :class:`JobqError` (422, naming the step) and creates nothing.
+        ``idempotency_key``, ``depends_on`` and ``ordering_key``; ``on_parent_failure`` only
+        with ``after``). Steps without ``after`` are due at once; each other one waits until
+        its parents end. A cycle, a duplicate or an unknown step name raises
+        :class:`JobqError` (422, naming the step) and creates nothing.
+
+        Without an ``idempotency_key`` the call makes one of its own, so that it can send the
+        request again when the connection breaks before the answer without creating a second
+        workflow. A key of the caller's own stands for the workflow it made: the same key with
+        the same request answers that workflow again; with another request it raises
+        :class:`JobqError` (422).
 
         The answer: ``{"id", "name", "created_at", "created_by", "state", "counts", "steps":
         [{"name", "after", "job"}]}``; ``state`` is ``running`` until every step ended, then
-        ``succeeded``, ``failed`` (a step dead) or ``cancelled``. Not sent again on a dropped
-        connection: a second request would be a second workflow.
+        ``succeeded``, ``failed`` (a step dead) or ``cancelled``.
         """
         body = {
             "name": name,
@@ -468,8 +479,11 @@ class Client:
                 step.to_json(_jsonable_time) if isinstance(step, Step) else self._step_item(step)
                 for step in steps
             ],
+            "idempotency_key": idempotency_key or new_idempotency_key(),
         }
-        workflow: dict[str, Any] = await self._call("POST", "/v1/workflows", json=body)
+        workflow: dict[str, Any] = await self._call(
+            "POST", "/v1/workflows", json=body, repeatable=True
+        )
         return workflow
 
     @staticmethod

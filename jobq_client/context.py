@@ -84,11 +84,12 @@ class JobContext:
         for none.
 
         ``{"total", "succeeded", "dead", "cancelled", "failed_ids": [...], "jobs": [{"id",
-        "step", "status", "result", "result_by_reference"}, ...]}``, the jobs in ``depends_on``
-        order (a batch's callback: the batch's jobs). ``status`` is ``succeeded``, ``dead``,
-        ``cancelled``, or ``deleted`` for a parent gone since. A result too large to come inline
-        has ``result_by_reference: true`` and ``result: null``: see
-        :meth:`fetch_parent_results`.
+        "step", "status", "result", "result_by_reference", "result_hidden"}, ...]}``, the jobs
+        in ``depends_on`` order (a batch's callback: the batch's jobs). ``status`` is
+        ``succeeded``, ``dead``, ``cancelled``, or ``deleted`` for a parent gone since. A result
+        too large to come inline has ``result_by_reference: true`` and ``result: null``: see
+        :meth:`fetch_parent_results`. A parent in a queue the worker's API key may not read
+        has ``result_hidden: true``: only its id and state are told.
         """
         parents: dict[str, Any] | None = self.job.get("parents")
         return parents
@@ -99,12 +100,13 @@ class JobContext:
 
         Only results that came inline with the claim: a parent whose result is too large
         (``result_by_reference``) is left out, as is a job's result when it waited for none
-        (the mapping is then empty). :meth:`fetch_parent_results` reads those too.
+        (the mapping is then empty). :meth:`fetch_parent_results` reads those too. A parent
+        whose result the worker's key may not read (``result_hidden``) is left out of both.
         """
         return {
             parent_key(parent): parent.get("result")
             for parent in (self.parents or {}).get("jobs", [])
-            if not parent.get("result_by_reference")
+            if not parent.get("result_by_reference") and not parent.get("result_hidden")
         }
 
     async def fetch_parent_results(self) -> dict[str | int, Any]:
@@ -117,7 +119,7 @@ class JobContext:
         """
         results = self.parent_results
         for parent in (self.parents or {}).get("jobs", []):
-            if not parent.get("result_by_reference"):
+            if not parent.get("result_by_reference") or parent.get("result_hidden"):
                 continue
             if self._reader is None:
                 raise RuntimeError("this context has no client to read results by reference")

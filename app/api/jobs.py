@@ -8,7 +8,6 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Query, Request, Response, status
-from pydantic import Field
 
 from app.api import schemas as wire
 from app.api.auth import allow_queue, requires
@@ -21,6 +20,7 @@ from app.api.filters import (
     job_search,
     payload_filter,
 )
+from app.api.job_models import job_models
 from app.api.new_jobs import new_callback, new_job, plain_jobs
 from app.api.render import job, jobs_response, json_response
 from app.api.schemas import (
@@ -30,7 +30,7 @@ from app.api.schemas import (
     JobPage,
     TraceParent,
 )
-from app.api.webhook_models import callback_url_type, require_signing
+from app.api.webhook_models import require_signing
 from app.auth.keys import Permission, Principal
 from app.domain.records import Job as JobRow
 from app.domain.records import JobHead
@@ -84,48 +84,10 @@ def build_router(settings: Settings) -> APIRouter:
     queue_max = settings.queue_name_max_chars
     Queue = Annotated[str, wire.queue_name_rule(queue_max), wire.queue_name_doc(queue_max)]
     Key = Annotated[str, wire.at_most(settings.idempotency_key_max_chars)]
-    CallbackUrl = callback_url_type(settings)
-
-    # Named as on the wire: OpenAPI names its components after these classes.
-    class EnqueueRequest(wire.EnqueueRequest):
-        __doc__ = wire.EnqueueRequest.__doc__
-        queue: Queue = "default"
-        type: Annotated[str, wire.at_most(settings.type_max_chars)]
-        idempotency_key: Key | None = Field(
-            default=None,
-            description=wire.EnqueueRequest.model_fields["idempotency_key"].description,
-        )
-        depends_on: list[wire.JobId] | None = Field(
-            default=None,
-            min_length=1,
-            max_length=settings.depends_on_max,
-            description=wire.EnqueueRequest.model_fields["depends_on"].description,
-        )
-        callback_url: CallbackUrl | None = Field(  # type: ignore[valid-type]
-            default=None,
-            description=wire.EnqueueRequest.model_fields["callback_url"].description,
-        )
-
-    class BatchCallback(wire.BatchCallback):
-        __doc__ = wire.BatchCallback.__doc__
-        queue: Queue = "default"
-        type: Annotated[str, wire.at_most(settings.type_max_chars)]
-        idempotency_key: Key | None = Field(
-            default=None,
-            description=wire.EnqueueRequest.model_fields["idempotency_key"].description,
-        )
-        callback_url: CallbackUrl | None = Field(  # type: ignore[valid-type]
-            default=None,
-            description=wire.EnqueueRequest.model_fields["callback_url"].description,
-        )
-
-    class EnqueueBatchRequest(wire.EnqueueBatchRequest):
-        __doc__ = wire.EnqueueBatchRequest.__doc__
-        jobs: Sequence[EnqueueRequest] = Field(min_length=1, max_length=settings.batch_max_jobs)
-        callback: BatchCallback | None = Field(
-            default=None,
-            description=wire.EnqueueBatchRequest.model_fields["callback"].description,
-        )
+    # Built for this app's limits, as every request that makes a job is (job_models.py).
+    models = job_models(settings)
+    EnqueueRequest = models.enqueue
+    EnqueueBatchRequest = models.batch
 
     @router.post(
         "",
@@ -138,7 +100,7 @@ def build_router(settings: Settings) -> APIRouter:
     )
     async def enqueue_job(
         caller: Annotated[Principal, requires(Permission.ENQUEUE)],
-        body: EnqueueRequest,
+        sent: EnqueueRequest,  # type: ignore[valid-type]  # a class built above
         services: Services,
         idempotency_key: Annotated[
             Key | None,
@@ -151,6 +113,7 @@ def build_router(settings: Settings) -> APIRouter:
         traceparent: TraceParent = None,
     ) -> Response:
         """Enqueues one job (201); a replay of the same idempotent request answers the job with 200."""
+        body: wire.EnqueueRequest = sent
         allow_queue(caller, body.queue, field="body.queue")
         require_signing(settings, caller, [("body.callback_url", body.callback_url)])
         if idempotency_key is not None:
@@ -189,7 +152,7 @@ def build_router(settings: Settings) -> APIRouter:
     )
     async def enqueue_batch(
         caller: Annotated[Principal, requires(Permission.ENQUEUE)],
-        body: EnqueueBatchRequest,
+        sent: EnqueueBatchRequest,  # type: ignore[valid-type]  # a class built above
         services: Services,
         idempotency_key: Annotated[
             str | None,
@@ -211,6 +174,7 @@ def build_router(settings: Settings) -> APIRouter:
         Idempotency is per job (each job's ``idempotency_key``); an ``Idempotency-Key`` header
         would be ambiguous for a batch and is refused rather than ignored.
         """
+        body: wire.EnqueueBatchRequest = sent
         if caller.scoped:
             for index, item in enumerate(body.jobs):
                 allow_queue(caller, item.queue, field=f"body.jobs[{index}].queue")

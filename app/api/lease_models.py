@@ -55,15 +55,29 @@ class ClaimRequest(ClaimNext, _Claimant):
 
 
 class ParentJob(BaseModel):
-    """One job a claimed job waited for: how it ended, and its result."""
+    """One job a claimed job waited for: how it ended, and its result.
+
+    A claim carries the results only of parents whose queue the claiming key may read; of the
+    others it carries the id and state (``result: null``, ``step: null``,
+    ``result_hidden: true``), as ``GET /v1/jobs/{id}`` answers such a parent 403."""
 
     id: int
-    step: str | None = Field(description="Its workflow step's name, if any.")
+    step: str | None = Field(
+        description="Its workflow step's name, if any (null when result_hidden)."
+    )
     status: str = Field(description="succeeded, dead or cancelled; deleted when it is gone.")
-    result: JsonValue = Field(description="Its result, unless result_by_reference.")
+    result: JsonValue = Field(
+        description="Its result, unless result_by_reference or result_hidden (then null)."
+    )
     result_by_reference: bool = Field(
-        description="The result was too large to come inline (JOBQ_PARENT_RESULT_INLINE_MAX_BYTES,"
-        " JOBQ_PARENT_RESULTS_MAX_BYTES): read it with GET /v1/jobs/{id}."
+        description="The result did not fit the claim (JOBQ_PARENT_RESULT_INLINE_MAX_BYTES each, "
+        "JOBQ_PARENT_RESULTS_MAX_BYTES for the results inline in all, in depends_on order): "
+        "read it with GET /v1/jobs/{id}."
+    )
+    result_hidden: bool = Field(
+        default=False,
+        description="Its queue is outside the claiming key's scopes: the claim tells only its "
+        "id and state, and GET /v1/jobs/{id} answers 403.",
     )
 
 

@@ -1,5 +1,6 @@
-"""The queue core's view of enqueue requests: a NewJob per request, PlainJobs for a batch that
-needs only its insert, and the fingerprint that tells an idempotent replay from a reuse."""
+"""The queue core's view of enqueue requests: a NewJob per request (or workflow step), PlainJobs
+for a batch that needs only its insert, and the fingerprints that tell an idempotent replay from a
+reuse (of a job's key, and of a workflow's)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import json
 from collections.abc import Sequence
 from dataclasses import replace
 
-from app.api.schemas import BatchCallback, EnqueueRequest
+from app.api.schemas import BatchCallback, EnqueueRequest, JobTemplate
+from app.api.workflow_models import WorkflowRequest
 from app.domain.types import NewJob, PlainJobs
 
 _LATER_FIELDS = ("callback_url", "depends_on", "on_parent_failure", "ordering_key")
@@ -24,11 +26,26 @@ def request_fingerprint(request: EnqueueRequest) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
+def workflow_fingerprint(request: WorkflowRequest) -> str:
+    """A stable hash of a workflow create (without its key), to tell a replay from a reuse.
+
+    Fields left at their defaults are left out, so a field added later (with a default) keeps
+    the fingerprints of requests made before it, and ``{"priority": 0}`` is the same request as
+    no priority.
+    """
+    body = request.model_dump(mode="json", exclude={"idempotency_key"}, exclude_defaults=True)
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
 def new_job(
-    request: EnqueueRequest, *, traceparent: str | None = None, key_id: int | None = None
+    request: JobTemplate, *, traceparent: str | None = None, key_id: int | None = None
 ) -> NewJob:
-    """The queue core's view of an enqueue request (and the trace context its jobs keep); the
-    caller's API key ``key_id`` signs the job's webhooks, if it gets a callback."""
+    """The queue core's view of an enqueue request or a workflow step (and the trace context its
+    jobs keep); the caller's API key ``key_id`` signs the job's webhooks, if it gets a callback.
+    Only an :class:`EnqueueRequest` carries an idempotency key, parents or an ordering key."""
+    links = request if isinstance(request, EnqueueRequest) else None
+    key = links.idempotency_key if links is not None else None
     return NewJob(
         queue=request.queue,
         type=request.type,
@@ -40,12 +57,14 @@ def new_job(
         lease_seconds=request.lease_seconds,
         timeout_seconds=request.timeout_seconds,
         concurrency_key=request.concurrency_key,
-        idempotency_key=request.idempotency_key,
-        fingerprint=request_fingerprint(request) if request.idempotency_key else None,
+        idempotency_key=key,
+        fingerprint=request_fingerprint(links) if links is not None and key else None,
         traceparent=traceparent,
-        depends_on=tuple(request.depends_on) if request.depends_on is not None else None,
+        depends_on=(
+            tuple(links.depends_on) if links is not None and links.depends_on is not None else None
+        ),
         on_parent_failure=request.on_parent_failure,
-        ordering_key=request.ordering_key,
+        ordering_key=links.ordering_key if links is not None else None,
         callback_url=request.callback_url,
         callback_key_id=key_id,
     )

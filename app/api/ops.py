@@ -9,12 +9,12 @@ from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Response, status
-from pydantic import Field
 
 from app.api import schemas
 from app.api.audit_models import AuditAction, AuditEntry, AuditPage
 from app.api.auth import allow_queue, requires
 from app.api.deps import Runtime, Services
+from app.api.job_models import job_models
 from app.api.queue_models import QUEUE_STATS_WINDOW_MAX, QueueWindowStats
 from app.api.schemas import (
     Health,
@@ -27,7 +27,7 @@ from app.api.schemas import (
     queue_name_doc,
     queue_name_rule,
 )
-from app.api.webhook_models import callback_url_type, require_signing
+from app.api.webhook_models import require_signing
 from app.auth.keys import Permission, Principal
 from app.domain.types import NOT_GIVEN
 from app.errors import PROBLEM, DatabaseUnavailable, NotReady
@@ -43,15 +43,8 @@ def build_router(settings: Settings) -> APIRouter:
     router = APIRouter(tags=["ops"], route_class=StrictJSONRoute)
     queue_max = settings.queue_name_max_chars
     Queue = Annotated[str, queue_name_rule(queue_max), queue_name_doc(queue_max)]
-    CallbackUrl = callback_url_type(settings)
-
-    # Named as on the wire: OpenAPI names its components after these classes.
-    class QueueSettings(schemas.QueueSettings):
-        __doc__ = schemas.QueueSettings.__doc__
-        callback_url: CallbackUrl | None = Field(  # type: ignore[valid-type]
-            default=None,
-            description=schemas.QueueSettings.model_fields["callback_url"].description,
-        )
+    # Its callback_url bound as every job's is (job_models.py).
+    QueueSettings = job_models(settings).queue_settings
 
     @router.get("/v1/queues", response_model=QueueList)
     async def list_queues(caller: Observer, services: Services) -> QueueList:
@@ -122,21 +115,22 @@ def build_router(settings: Settings) -> APIRouter:
         name: Queue,
         services: Services,
         response: Response,
-        body: QueueSettings | None = None,
+        body: QueueSettings | None = None,  # type: ignore[valid-type]  # a class built above
     ) -> QueueState:
         """Creates the queue (201), so that it can be paused before its first job; a queue that
         exists answers 200. ``paused`` sets its switch; unset keeps it (a new queue is active).
 
         Enqueueing to a new name still creates its queue as well.
         """
+        switches: schemas.QueueSettings | None = body
         allow_queue(caller, name, field="path.name")
-        given = body is not None and "callback_url" in body.model_fields_set
-        callback = body.callback_url if body is not None and given else None
+        given = switches is not None and "callback_url" in switches.model_fields_set
+        callback = switches.callback_url if switches is not None and given else None
         # Signed later with each enqueuing key's secret; without keys, JOBQ_WEBHOOK_SECRET's.
         require_signing(settings, caller, [("body.callback_url", callback)])
         row, created = await services.ops.queue_put(
             name,
-            paused=body.paused if body is not None else None,
+            paused=switches.paused if switches is not None else None,
             callback_url=callback if given else NOT_GIVEN,
             actor=caller.name,
             actor_key_id=caller.key_id,

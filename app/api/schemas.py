@@ -32,6 +32,8 @@ from pydantic import (
     SkipValidation,
     Strict,
     StringConstraints,
+    ValidationInfo,
+    field_validator,
     model_validator,
 )
 
@@ -137,8 +139,10 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-class EnqueueRequest(StrictModel):
-    """One job to enqueue."""
+class JobTemplate(StrictModel):
+    """The fields of a job that every way of making one shares: ``POST /v1/jobs``, a batch's
+    jobs and its callback, a workflow's steps. (``app/api/job_models.py`` binds their limits to a
+    deployment's settings, in one place for all of them.)"""
 
     queue: QueueName = "default"
     type: JobType
@@ -155,11 +159,6 @@ class EnqueueRequest(StrictModel):
     max_attempts: int | None = Field(default=None, ge=1, le=MAX_ATTEMPTS_MAX)
     lease_seconds: LeaseSeconds | None = Field(
         default=None, description="Default lease for claims of this job."
-    )
-    idempotency_key: IdempotencyKey | None = Field(
-        default=None,
-        description="Per queue; may also come as the Idempotency-Key header. Remembered as long "
-        "as its job is kept: once the pruner deletes the job, the key may be used again.",
     )
     timeout_seconds: int | None = Field(
         default=None,
@@ -181,7 +180,27 @@ class EnqueueRequest(StrictModel):
         "dead or cancelled): an absolute http(s) URL; default: the queue's callback_url. "
         "See the README's Completion webhooks.",
     )
+    on_parent_failure: Literal["cancel", "run"] | None = Field(
+        default=None,
+        description="When a job it waits for ends dead or cancelled: cancel this one too (the "
+        "default, recorded in its history), or run it anyway.",
+    )
 
+    @model_validator(mode="after")
+    def _one_schedule(self) -> JobTemplate:
+        if self.run_at is not None and self.delay_seconds is not None:
+            raise ValueError("give run_at or delay_seconds, not both")
+        return self
+
+
+class EnqueueRequest(JobTemplate):
+    """One job to enqueue."""
+
+    idempotency_key: IdempotencyKey | None = Field(
+        default=None,
+        description="Per queue; may also come as the Idempotency-Key header. Remembered as long "
+        "as its job is kept: once the pruner deletes the job, the key may be used again.",
+    )
     depends_on: list[JobId] | None = Field(
         default=None,
         min_length=1,
@@ -189,11 +208,6 @@ class EnqueueRequest(StrictModel):
         description="Jobs this one waits for: it stays waiting (never claimed) until every one "
         "has ended as on_parent_failure asks, then becomes due in the same transaction as the "
         "last one's end. Its claim carries their states and results (parents).",
-    )
-    on_parent_failure: Literal["cancel", "run"] | None = Field(
-        default=None,
-        description="When a job it waits for ends dead or cancelled: cancel this one too (the "
-        "default, recorded in its history), or run it anyway.",
     )
     ordering_key: ConcurrencyKey | None = Field(
         default=None,
@@ -204,9 +218,7 @@ class EnqueueRequest(StrictModel):
     )
 
     @model_validator(mode="after")
-    def _one_schedule(self) -> EnqueueRequest:
-        if self.run_at is not None and self.delay_seconds is not None:
-            raise ValueError("give run_at or delay_seconds, not both")
+    def _links(self) -> EnqueueRequest:
         if self.ordering_key is not None and self.depends_on is not None:
             raise ValueError("give depends_on or ordering_key, not both")
         if self.on_parent_failure is not None and self.depends_on is None:
@@ -217,17 +229,18 @@ class EnqueueRequest(StrictModel):
 class BatchCallback(EnqueueRequest):
     """A job enqueued with a batch, waiting for every job of it: due once all succeeded
     (``when: all_succeeded``; cancelled if one ends dead or cancelled) or all finished
-    (``all_finished``). Its claim carries the counts per outcome and the failed jobs' ids."""
+    (``all_finished``). Its claim carries the counts per outcome and the failed jobs' ids.
+    It takes no depends_on, on_parent_failure or ordering_key (its batch is what it waits for)."""
 
     when: Literal["all_succeeded", "all_finished"] = "all_succeeded"
 
-    @model_validator(mode="after")
-    def _no_links(self) -> BatchCallback:
-        if self.depends_on is not None or self.on_parent_failure is not None:
-            raise ValueError(
-                "a callback waits for its batch: give neither depends_on nor on_parent_failure"
-            )
-        return self
+    @field_validator("depends_on", "on_parent_failure", "ordering_key")
+    @classmethod
+    def _waits_for_its_batch(cls, value: object, info: ValidationInfo) -> object:
+        # An ordering key would make it due when its key's previous job ends, before its batch.
+        if value is not None:
+            raise ValueError(f"a callback waits for its batch: it takes no {info.field_name}")
+        return value
 
 
 class EnqueueBatchRequest(StrictModel):

@@ -175,6 +175,7 @@ async def _settle_call(
                 wait_seconds=ask.wait_seconds,
             ),
             stop=gone,
+            queue_patterns=worker.like_patterns(),
         )
         receive.messages([r.id for r in done.claimed])
         receive.link([r.traceparent for r in done.claimed])
@@ -313,6 +314,7 @@ def build_router(settings: Settings) -> APIRouter:
                 wait_seconds=body.wait_seconds,
                 stop=gone,
                 key_id=worker.key_id,
+                queue_patterns=worker.like_patterns(),
             )
             span.messages([r.id for r in rows])
             span.link([r.traceparent for r in rows])

@@ -8,53 +8,28 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, status
-from pydantic import BaseModel, Field, model_validator
+from fastapi import APIRouter, Header, Response, status
+from pydantic import BaseModel, Field
 
 from app.api import schemas as wire
 from app.api.auth import allow_queue, requires
 from app.api.deps import Services
-from app.api.new_jobs import new_job
+from app.api.job_models import job_models
+from app.api.new_jobs import new_job, workflow_fingerprint
 from app.api.render import job
 from app.api.webhook_models import require_signing
+from app.api.workflow_models import WorkflowRequest
 from app.auth.keys import Permission, Principal
 from app.domain.records import Job as JobRow
 from app.domain.states import FINISHED, JobStatus
 from app.domain.workflow_records import StepMoved
 from app.domain.workflows import GraphError, StepSpec
-from app.errors import PROBLEM, InvalidInput
+from app.errors import PROBLEM, IdempotencyKeyReused, InvalidInput
 from app.http.strict_json import StrictJSONRoute
-from app.queue.workflows import WorkflowView
+from app.queue.workflows import WorkflowKey, WorkflowView
 from app.settings import Settings
 
-STEP_NAME_MAX_CHARS = 128
-StepName = Annotated[str, wire.at_most(STEP_NAME_MAX_CHARS)]
 WorkflowState = Literal["running", "succeeded", "failed", "cancelled"]
-
-
-class WorkflowStep(wire.EnqueueRequest):
-    """One step: a job template (the fields of ``POST /v1/jobs``), its name, and the steps it
-    runs ``after``. It becomes due once every one of those succeeded (or ended at all, with
-    ``on_parent_failure: run``); its claim carries their results (``parents``)."""
-
-    name: StepName
-    after: list[StepName] = Field(default_factory=list, description="Steps this one waits for.")
-
-    @model_validator(mode="after")
-    def _template_only(self) -> "WorkflowStep":
-        for field in ("idempotency_key", "depends_on", "ordering_key"):
-            if getattr(self, field) is not None:
-                raise ValueError(f"a step takes no {field} (steps name each other with after)")
-        if self.on_parent_failure is not None and not self.after:
-            raise ValueError("on_parent_failure needs after")
-        return self
-
-
-class WorkflowRequest(wire.StrictModel):
-    """A workflow: named steps created in one transaction, cycles refused."""
-
-    name: Annotated[str, wire.at_most(255)]
-    steps: Sequence[WorkflowStep] = Field(min_length=1)
 
 
 class StepView(BaseModel):
@@ -122,17 +97,9 @@ def render_workflow(view: WorkflowView) -> Workflow:
 def build_router(settings: Settings) -> APIRouter:
     """The workflow routes, validating against this app's limits."""
     router = APIRouter(prefix="/v1/workflows", tags=["workflows"], route_class=StrictJSONRoute)
-    queue_max = settings.queue_name_max_chars
-    Queue = Annotated[str, wire.queue_name_rule(queue_max), wire.queue_name_doc(queue_max)]
-
-    class Step(WorkflowStep):
-        __doc__ = WorkflowStep.__doc__
-        queue: Queue = "default"
-        type: Annotated[str, wire.at_most(settings.type_max_chars)]
-
-    class CreateWorkflow(WorkflowRequest):
-        __doc__ = WorkflowRequest.__doc__
-        steps: Sequence[Step] = Field(min_length=1, max_length=settings.workflow_max_steps)
+    Key = Annotated[str, wire.at_most(settings.idempotency_key_max_chars)]
+    # Built for this app's limits: a step's job fields are bound where every job's are.
+    CreateWorkflow = job_models(settings).workflow
 
     async def _visible(caller: Principal, services: Services, workflow_id: int) -> WorkflowView:
         view = await services.workflows.get(workflow_id)
@@ -147,36 +114,85 @@ def build_router(settings: Settings) -> APIRouter:
         "",
         status_code=status.HTTP_201_CREATED,
         response_model=Workflow,
-        responses={403: PROBLEM, 422: PROBLEM},
+        responses={
+            200: {"model": Workflow, "description": "Replay of an idempotent request"},
+            403: PROBLEM,
+            422: PROBLEM,
+        },
     )
     async def create_workflow(
         caller: Annotated[Principal, requires(Permission.ENQUEUE)],
-        body: CreateWorkflow,
+        body: CreateWorkflow,  # type: ignore[valid-type]  # a class built above
         services: Services,
+        response: Response,
+        idempotency_key: Annotated[
+            Key | None,
+            Header(
+                alias="Idempotency-Key",
+                description="Same as the body's idempotency_key (they must agree when both "
+                "are sent).",
+            ),
+        ] = None,
     ) -> Workflow:
         """Creates every step in one transaction. Steps without ``after`` are due at once; the
         others wait, outside the claim index, until their parents end. Duplicate or unknown
-        step names and cycles are refused (422 naming the step) before anything is written."""
-        for index, step in enumerate(body.steps):
+        step names, cycles, and ``on_parent_failure`` on a step without ``after`` are refused
+        (422 naming the step) before anything is written.
+
+        With an idempotency key (``idempotency_key`` or the ``Idempotency-Key`` header) the
+        create is safe to send again: 201 when it made the workflow, 200 with the same workflow
+        when the key came with the same request before, 422 when it came with another. Two
+        creates with one key at once make one workflow."""
+        request: WorkflowRequest = body
+        key_field = "body.idempotency_key"
+        if idempotency_key is not None:
+            if request.idempotency_key is not None and request.idempotency_key != idempotency_key:
+                raise InvalidInput(
+                    "the Idempotency-Key header and the idempotency_key field differ",
+                    errors=[{"field": "header.Idempotency-Key", "message": "differs from body"}],
+                )
+            if request.idempotency_key is None:
+                key_field = "header.Idempotency-Key"
+            request = request.model_copy(update={"idempotency_key": idempotency_key})
+        for index, step in enumerate(request.steps):
             allow_queue(caller, step.queue, field=f"body.steps[{index}].queue")
         require_signing(
             settings,
             caller,
-            ((f"body.steps[{i}].callback_url", s.callback_url) for i, s in enumerate(body.steps)),
+            (
+                (f"body.steps[{i}].callback_url", s.callback_url)
+                for i, s in enumerate(request.steps)
+            ),
         )
         specs = [
             StepSpec(name=s.name, after=tuple(s.after), job=new_job(s, key_id=caller.key_id))
-            for s in body.steps
+            for s in request.steps
         ]
+        key = (
+            WorkflowKey(request.idempotency_key, workflow_fingerprint(request))
+            if request.idempotency_key is not None
+            else None
+        )
         try:
             view = await services.workflows.create(
-                name=body.name, steps=specs, actor=caller.name, actor_key_id=caller.key_id
+                name=request.name,
+                steps=specs,
+                actor=caller.name,
+                actor_key_id=caller.key_id,
+                key=key,
             )
         except GraphError as bad:
             raise InvalidInput(
                 str(bad),
                 errors=[{"field": f"body.steps[{bad.index}].{bad.field}", "message": str(bad)}],
             ) from None
+        except IdempotencyKeyReused as reused:
+            raise IdempotencyKeyReused(
+                reused.detail,
+                item=0,
+                errors=[{"field": key_field, "message": "key reused with a different request"}],
+            ) from None
+        response.status_code = status.HTTP_201_CREATED if view.created else status.HTTP_200_OK
         return render_workflow(view)
 
     @router.get("/{workflow_id}", response_model=Workflow, responses={403: PROBLEM, 404: PROBLEM})

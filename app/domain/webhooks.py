@@ -29,6 +29,13 @@ SIGNATURE_HEADER = "Jobq-Signature"
 DELIVERY_ID_HEADER = "Jobq-Delivery-Id"
 DELIVERY_ATTEMPT_HEADER = "Jobq-Delivery-Attempt"
 SECRET_PREFIX = "whsec_"
+# What a producer is told when a callback's host resolves to an address the policy refuses:
+# naming the address (or its kind) would map the service's internal DNS for anyone who can
+# enqueue. The address goes to the server's log, with the job and the delivery.
+ADDRESS_REFUSED = (
+    "the address this URL resolves to is not allowed by the webhook address policy "
+    "(the service's log names it)"
+)
 
 # Ranges Python's ipaddress counts as global (or does not flag) that a callback must not reach.
 _REFUSED_EXTRA: tuple[IPNetwork, ...] = (

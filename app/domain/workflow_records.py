@@ -15,10 +15,13 @@ class ParentOutcome(Record):
 
     job_id: int  # the claimed job
     id: int  # the parent
-    step: str | None
+    step: str | None  # None too when hidden
     status: str  # 'deleted' when the parent is gone
-    result: Any | None
-    by_reference: bool  # the result exists but is left to GET /v1/jobs/{id}
+    hidden: bool  # its queue is outside the claiming key's scopes: neither step nor result
+    has_result: bool
+    size: int  # of its result as JSON text (0 without one)
+    result: Any | None  # read when ``inline``
+    inline: bool  # the statement read its result for the claim (the rest is decided after)
 
 
 @dataclass(slots=True)
@@ -31,6 +34,9 @@ class Workflow(Record):
     created_by: str | None
     created_by_key_id: int | None
     created_at: datetime
+    # Migration 0026: the create's idempotency key and its request's fingerprint.
+    idempotency_key: str | None = None
+    idempotency_hash: str | None = None
 
 
 @dataclass(slots=True)

@@ -1,7 +1,8 @@
 """A workflow's steps as a graph (pure): names, edges, the order they are created in.
 
 ``POST /v1/workflows`` names its steps and says which come ``after`` which; this module checks
-the graph (unique names, known names, no cycle) and gives the creation order, parents first, so
+the graph (unique names, known names, no cycle, ``on_parent_failure`` only where there are
+parents) and gives the creation order, parents first, so
 each step's ``depends_on`` can name ids reserved for steps already placed.
 """
 
@@ -39,6 +40,12 @@ def creation_order(steps: Sequence[StepSpec]) -> list[int]:
         if step.name in index_of:
             raise GraphError(f"step name {step.name!r} is used twice", index=i, field="name")
         index_of[step.name] = i
+        if step.job.on_parent_failure is not None and not step.after:
+            raise GraphError(
+                "on_parent_failure needs after: a step that waits for none has no parent to fail",
+                index=i,
+                field="on_parent_failure",
+            )
     sorter: graphlib.TopologicalSorter[int] = graphlib.TopologicalSorter()
     for i, step in enumerate(steps):
         for parent in step.after:

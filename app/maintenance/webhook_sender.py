@@ -17,24 +17,37 @@ import asyncio
 import ipaddress
 import socket
 import ssl
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import httpx
 
 from app.domain.types import DeliveryOutcome
-from app.domain.webhooks import AddressPolicy, Target
+from app.domain.webhooks import ADDRESS_REFUSED, AddressPolicy, IPAddress, Target
 
 USER_AGENT = "jobq-webhooks/1"
 
 
 @dataclass(frozen=True)
 class Attempt:
-    """How one attempt ended: the answer's status (if any), why it failed, and what comes next."""
+    """How one attempt ended: the answer's status (if any), why it failed, and what comes next.
+
+    ``error`` is what the job's producer may read (the delivery, the job's history); it never
+    names an address the host resolved to. ``detail``, when set, is the full story for the
+    server's log only.
+    """
 
     outcome: DeliveryOutcome
     status: int | None = None
     error: str | None = None
+    detail: str | None = None
+
+
+def _without_addresses(text: str, host: str, addresses: Sequence[IPAddress]) -> str:
+    """``text`` with every address the host resolved to written as the host instead."""
+    for address in addresses:
+        text = text.replace(str(address), host)
+    return text
 
 
 class WebhookSender:
@@ -46,13 +59,11 @@ class WebhookSender:
         # Built once: loading the CA bundle costs milliseconds, a client per attempt nothing.
         self._tls = ssl.create_default_context()
 
-    async def _addresses(
-        self, target: Target
-    ) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    async def _addresses(self, target: Target) -> list[IPAddress]:
         infos = await asyncio.get_running_loop().getaddrinfo(
             target.host, target.port, type=socket.SOCK_STREAM
         )
-        found: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = []
+        found: list[IPAddress] = []
         for _family, _type, _proto, _name, sockaddr in infos:
             # An IPv6 link-local address may carry a zone ("fe80::1%eth0"); the policy refuses it.
             address = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
@@ -63,6 +74,7 @@ class WebhookSender:
     async def send(self, url: str, body: bytes, headers: Mapping[str, str]) -> Attempt:
         """POSTs ``body`` to ``url`` with ``headers``; answers how the attempt ended."""
         target = Target.of(url)
+        addresses: list[IPAddress] = []
         try:
             async with asyncio.timeout(self.timeout_seconds):
                 addresses = await self._addresses(target)
@@ -70,7 +82,11 @@ class WebhookSender:
                     return Attempt(DeliveryOutcome.RETRY, error=f"{target.host} has no address")
                 refusal = self.policy.refusal_of_all(addresses)
                 if refusal is not None:
-                    return Attempt(DeliveryOutcome.FAILED, error=refusal)
+                    return Attempt(
+                        DeliveryOutcome.FAILED,
+                        error=ADDRESS_REFUSED,
+                        detail=f"{target.host} resolves to a refused address: {refusal}",
+                    )
                 return await self._post(target, addresses[0], body, headers)
         except TimeoutError:
             return Attempt(
@@ -80,15 +96,20 @@ class WebhookSender:
             return Attempt(
                 DeliveryOutcome.RETRY, error=f"cannot resolve {target.host}: {exc.strerror}"
             )
-        except httpx.HTTPError as exc:
-            return Attempt(DeliveryOutcome.RETRY, error=f"{type(exc).__name__}: {exc}"[:500])
-        except OSError as exc:
-            return Attempt(DeliveryOutcome.RETRY, error=f"{type(exc).__name__}: {exc}"[:500])
+        except (httpx.HTTPError, OSError) as exc:
+            # A connection error may name the address it tried (an allowed internal one).
+            told = f"{type(exc).__name__}: {exc}"
+            shown = _without_addresses(told, target.host, addresses)
+            return Attempt(
+                DeliveryOutcome.RETRY,
+                error=shown[:500],
+                detail=told[:2000] if shown != told else None,
+            )
 
     async def _post(
         self,
         target: Target,
-        address: ipaddress.IPv4Address | ipaddress.IPv6Address,
+        address: IPAddress,
         body: bytes,
         headers: Mapping[str, str],
     ) -> Attempt:

@@ -6,7 +6,8 @@ batch of due deliveries (``FOR UPDATE SKIP LOCKED``, and an in-flight time durin
 instance takes them), sends them at once, each within the timeout, and records every attempt in
 the delivery and the job's history. A 2xx answer delivers; anything else is tried again after an
 exponential backoff with jitter until the give-up time after the finish, then the delivery
-fails. An address the policy refuses fails it at once. If the instance dies mid-send, the
+fails. An address the policy refuses fails it at once; the delivery and the job's history say
+only that (producers and viewers read them), the server's log which address it was. If the instance dies mid-send, the
 delivery comes due again when its in-flight time is over and another instance sends it: the
 receiver may then see it twice, with the same ``Jobq-Delivery-Id`` to deduplicate by.
 
@@ -17,6 +18,7 @@ share the work and skip each other's deliveries.
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -33,6 +35,8 @@ from app.maintenance.runner import BatchLoop
 from app.maintenance.webhook_sender import Attempt, WebhookSender
 from app.queue.services import Services
 from app.settings import setting_default
+
+logger = logging.getLogger("jobq.webhooks")
 
 WEBHOOK_INTERVAL_DEFAULT: float = setting_default("webhook_interval_seconds")
 WEBHOOK_BATCH_SIZE_DEFAULT: int = setting_default("webhook_batch_size")
@@ -143,6 +147,25 @@ class WebhookDeliveries(BatchLoop[WebhookConfig]):
     async def _deliver(self, delivery: DueDelivery, now: datetime | None) -> str | None:
         """Sends one leased delivery and records the attempt; answers the delivery's state."""
         attempt = await self.attempt(delivery)
+        if attempt.detail is not None:
+            # Only here: the delivery and the job's history, which producers and viewers read,
+            # keep the attempt's error, which names no address.
+            logger.warning(
+                "webhook delivery %s of job %d: %s",
+                delivery.id,
+                delivery.job_id,
+                attempt.detail,
+                extra={
+                    "event": (
+                        "webhook.refused"
+                        if attempt.outcome is DeliveryOutcome.FAILED
+                        else "webhook.attempt_failed"
+                    ),
+                    "job_id": delivery.job_id,
+                    "delivery_id": str(delivery.id),
+                    "url": delivery.url,
+                },
+            )
         recorded = await self.services.webhooks.record(
             delivery,
             outcome=attempt.outcome,

@@ -27,7 +27,17 @@ workflows = Table(
     Column("created_by", Text, nullable=True),
     Column("created_by_key_id", BigInteger, nullable=True),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    # The create's idempotency key and its request's fingerprint (migration 0026): one workflow
+    # per key, remembered as long as the row.
+    Column("idempotency_key", Text, nullable=True),
+    Column("idempotency_hash", Text, nullable=True),
     Index("ix_workflows_created_at", "created_at"),
+    Index(
+        "uq_workflows_idempotency_key",
+        "idempotency_key",
+        unique=True,
+        postgresql_where=text("idempotency_key IS NOT NULL"),
+    ),
 )
 
 # One row per (queue, ordering key) (migration 0021): the lock a key's enqueues and finishes

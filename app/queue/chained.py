@@ -77,6 +77,8 @@ class _Call:
     owned: Sequence[LeaseUpdate]
     ask: ClaimAsk
     stop: asyncio.Event | None
+    # The key's scopes as SQL LIKE patterns (None: every queue): whose parents' results it sees.
+    queue_patterns: Sequence[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -117,14 +119,24 @@ class ChainedClaims:
         items: Sequence[LeaseUpdate],
         ask: ClaimAsk,
         stop: asyncio.Event | None = None,
+        queue_patterns: Sequence[str] | None = None,
     ) -> Chained:
         """The transition, then a claim of up to ``ask.max_jobs`` jobs for the same worker.
 
         ``stop`` ends a long-poll when the client went away (jobs it took then go back).
+        ``queue_patterns``: as :meth:`JobService.claim` takes them.
         """
         if transition is LeaseTransition.HEARTBEAT:
             raise ValueError("a heartbeat ends no lease: it claims nothing next")
-        call = _Call(transition, worker_id, key_id, owned_by(items, worker_id, key_id), ask, stop)
+        call = _Call(
+            transition,
+            worker_id,
+            key_id,
+            owned_by(items, worker_id, key_id),
+            ask,
+            stop,
+            queue_patterns,
+        )
         return await self._run(call)
 
     async def _alone(self, call: _Call) -> list[LeaseOutcome]:
@@ -147,6 +159,7 @@ class ChainedClaims:
             wait_seconds=wait_seconds,
             stop=call.stop,
             key_id=call.key_id,
+            queue_patterns=call.queue_patterns,
         )
 
     async def _run(self, call: _Call) -> Chained:
@@ -186,7 +199,9 @@ class ChainedClaims:
         claimed: list[Job] = []
         try:
             taken = [row for row in outcome.by_slot if row is not None]
-            claimed = await jobs.handed(worker_id, key_id, taken)
+            claimed = await jobs.handed(
+                worker_id, key_id, taken, queue_patterns=call.queue_patterns
+            )
             limits_again = bool(
                 outcome.flow_missing
                 or outcome.flow_skipped

@@ -33,7 +33,7 @@ from app.errors import DatabaseUnavailable, IdempotencyKeyReused, InvalidTransit
 from app.queue.coalesce import Coalescer, Lanes
 from app.queue.events import Events, claimed_events, lease_events
 from app.queue.handoff import split_unreadable, unreadable_failures
-from app.queue.linked import ParentReader, ParentResultBounds, linked, ordering_keys_of
+from app.queue.linked import ParentReader, ParentResultBounds, Scopes, linked, ordering_keys_of
 from app.queue.replays import Retry as _Retry
 from app.queue.replays import answer_enqueue
 from app.queue.waiters import WaiterHub, wait_either
@@ -403,6 +403,7 @@ class JobService:
         queues: Sequence[str],
         max_jobs: int,
         lease_seconds: int | None,
+        queue_patterns: Scopes,
     ) -> list[Job]:
         key = tuple(sorted(set(queues)))
         slots = [ClaimSlot(worker_id, key_id, lease_seconds)] * max_jobs
@@ -422,14 +423,18 @@ class JobService:
             finally:
                 if claims.idle and self._claims.get(key) is claims:
                     del self._claims[key]
-        return await self.handed(worker_id, key_id, [row for row in taken if row is not None])
+        claimed = [row for row in taken if row is not None]
+        return await self.handed(worker_id, key_id, claimed, queue_patterns=queue_patterns)
 
-    async def handed(self, worker_id: str, key_id: int | None, claimed: list[Job]) -> list[Job]:
-        """Jobs a committed claim leased, their parents' results read in, the claims announced.
-        A job no worker could read (app/queue/handoff.py) is failed at once instead."""
+    async def handed(
+        self, worker_id: str, key_id: int | None, claimed: list[Job], *, queue_patterns: Scopes
+    ) -> list[Job]:
+        """Jobs a committed claim leased, their parents read in as the claiming key's scopes
+        ``queue_patterns`` may see them (ParentReader), the claims announced. A job no worker
+        could read (app/queue/handoff.py) is failed at once instead."""
         claimed, unreadable = split_unreadable(claimed)
         if any(row.depends_on for row in claimed):
-            await self.parents.hand(claimed)
+            await self.parents.hand(claimed, queue_patterns=queue_patterns)
         self.events.publish(claimed_events([*claimed, *unreadable], worker_id, key_id))
         if unreadable:
             failures = unreadable_failures(unreadable)
@@ -446,11 +451,12 @@ class JobService:
         wait_seconds: float = 0,
         stop: asyncio.Event | None = None,
         key_id: int | None = None,
+        queue_patterns: Scopes = None,
     ) -> list[Job]:
         """Leases up to ``max_jobs`` due jobs; with ``wait_seconds``, long-polls until one comes.
 
         The leases go to ``worker_id`` within the API key ``key_id`` (``None`` without keys):
-        lease calls must name both.
+        lease calls must name both; the results of parents come only from ``queue_patterns``.
 
         Concurrent claims on the same queues share one claim statement (coalescing); each gets
         its own leases, best jobs to the earliest claim.
@@ -468,6 +474,7 @@ class JobService:
                 queues=queues,
                 max_jobs=max_jobs,
                 lease_seconds=lease_seconds,
+                queue_patterns=queue_patterns,
             )
 
         if wait_seconds <= 0 or self.hub.closed:

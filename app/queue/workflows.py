@@ -18,18 +18,28 @@ from app.domain.states import JobStatus
 from app.domain.types import JobDefaults, JobEvent
 from app.domain.workflow_records import StepMoved, Workflow
 from app.domain.workflows import StepSpec, creation_order
-from app.errors import NotFound
+from app.errors import IdempotencyKeyReused, InvalidTransition, NotFound
 from app.queue.events import Events
 from app.store import Stores
-from app.store.unit import UnitOfWork
+from app.store.unit import TRANSACTION_TRIES, UnitOfWork
 
 
 @dataclass(frozen=True)
 class WorkflowView:
-    """A workflow and its steps (jobs), in the order they were created."""
+    """A workflow and its steps (jobs), in the order they were created; ``created``: whether
+    the call that answers it made it (``False``: an idempotent replay)."""
 
     workflow: Workflow
     steps: list[Job]
+    created: bool = True
+
+
+@dataclass(frozen=True)
+class WorkflowKey:
+    """A create's idempotency key and the fingerprint of its request (without the key)."""
+
+    key: str
+    fingerprint: str
 
 
 class WorkflowService:
@@ -50,40 +60,88 @@ class WorkflowService:
         steps: Sequence[StepSpec],
         actor: str | None = None,
         actor_key_id: int | None = None,
+        key: WorkflowKey | None = None,
     ) -> WorkflowView:
         """Creates the workflow and every step in one transaction, parents first.
 
         Raises ``GraphError`` (app/domain/workflows.py) for duplicate or unknown names and
         cycles, before anything is written. Steps without parents are due at once (or at their
         run_at); the others wait.
+
+        With a ``key`` another workflow holds, nothing is written: that workflow is answered
+        (``created`` false) when its request had the same fingerprint, else
+        ``IdempotencyKeyReused``. Two creates with one key at once make one workflow (the
+        insert's conflict clause waits for the other's transaction).
         """
         order = creation_order(steps)
+        for _ in range(TRANSACTION_TRIES):
+            view = await self._create_once(name, steps, order, actor, actor_key_id, key)
+            if view is not None:
+                return view
+        raise InvalidTransition("the idempotency key's workflow kept being deleted; retry")
+
+    async def _create_once(
+        self,
+        name: str,
+        steps: Sequence[StepSpec],
+        order: Sequence[int],
+        actor: str | None,
+        actor_key_id: int | None,
+        key: WorkflowKey | None,
+    ) -> WorkflowView | None:
+        """One try of :meth:`create`; ``None`` when the key's workflow was deleted between the
+        insert that found it and the read of it (the next try may make it again)."""
         has_children = {p for step in steps for p in step.after}
+        store = self.stores.workflows
+        held: Workflow | None = None
+        held_steps: list[Job] = []
+        rows: list[Job | None] = []
         async for attempt in self.unit.hot(transaction=True):
             async with attempt as conn:
-                workflow = await self.stores.workflows.workflow_create(
-                    conn, name=name, steps=len(steps), actor=actor, actor_key_id=actor_key_id
+                workflow = await store.workflow_create(
+                    conn,
+                    name=name,
+                    steps=len(steps),
+                    actor=actor,
+                    actor_key_id=actor_key_id,
+                    idempotency_key=key.key if key is not None else None,
+                    idempotency_hash=key.fingerprint if key is not None else None,
                 )
-                ids = await self.stores.workflows.job_ids_reserve(conn, n=len(steps))
-                id_of = {steps[i].name: ids[k] for k, i in enumerate(order)}
-                jobs = [
-                    replace(
-                        self.defaults.apply(steps[i].job),
-                        id=id_of[steps[i].name],
-                        workflow_id=workflow.id,
-                        workflow_step=steps[i].name,
-                        depends_on=tuple(id_of[p] for p in steps[i].after) or None,
-                        has_dependents=steps[i].name in has_children,
+                if workflow is not None:
+                    ids = await store.job_ids_reserve(conn, n=len(steps))
+                    id_of = {steps[i].name: ids[k] for k, i in enumerate(order)}
+                    jobs = [
+                        replace(
+                            self.defaults.apply(steps[i].job),
+                            id=id_of[steps[i].name],
+                            workflow_id=workflow.id,
+                            workflow_step=steps[i].name,
+                            depends_on=tuple(id_of[p] for p in steps[i].after) or None,
+                            has_dependents=steps[i].name in has_children,
+                        )
+                        for i in order
+                    ]
+                    rows = await self.stores.producers.job_enqueue(conn, jobs=jobs)
+                elif key is not None:  # the key is another workflow's, committed
+                    held = await store.workflow_get_by_idempotency_key(
+                        conn, idempotency_key=key.key
                     )
-                    for i in order
-                ]
-                rows = await self.stores.producers.job_enqueue(conn, jobs=jobs)
-        created = sorted((r for r in rows if r is not None), key=lambda r: r.id)
-        self.events.publish(
-            [JobEvent("enqueued", r.id, r.queue, status=r.status, type=r.type) for r in created]
-        )
-        self.events.wake_queues(r.queue for r in created if r.status == JobStatus.PENDING)
-        return WorkflowView(workflow, created)
+                    if held is not None and held.idempotency_hash == key.fingerprint:
+                        held_steps = await store.workflow_steps(conn, workflow_id=held.id)
+        if workflow is not None:
+            created = sorted((r for r in rows if r is not None), key=lambda r: r.id)
+            self.events.publish(
+                [JobEvent("enqueued", r.id, r.queue, status=r.status, type=r.type) for r in created]
+            )
+            self.events.wake_queues(r.queue for r in created if r.status == JobStatus.PENDING)
+            return WorkflowView(workflow, created)
+        if held is None or key is None:
+            return None  # deleted (pruned) since the insert found it
+        if held.idempotency_hash != key.fingerprint:
+            raise IdempotencyKeyReused(
+                f"idempotency key {key.key!r} was used for a different workflow request", item=0
+            )
+        return WorkflowView(held, held_steps, created=False)
 
     async def prune(
         self, *, batch_size: int, idle_key_seconds: float, now: datetime | None = None

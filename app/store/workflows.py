@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from app.domain.records import Job
 from app.domain.workflow_records import ParentOutcome, StepMoved, Workflow
@@ -23,24 +24,66 @@ class WorkflowStore:
         return {int(row["id"]): str(row["queue"]) for row in rows}
 
     async def job_parent_outcomes(
-        self, conn: Conn, *, ids: Sequence[int], inline_bytes: int, total_bytes: int
+        self,
+        conn: Conn,
+        *,
+        ids: Sequence[int],
+        inline_bytes: int,
+        total_bytes: int,
+        queue_patterns: Sequence[str] | None = None,
     ) -> list[ParentOutcome]:
-        """The parents of each of ``ids`` with their states, results inline while they fit."""
+        """The parents of each of ``ids`` with their states, results inline while they fit;
+        a parent outside ``queue_patterns`` (SQL LIKE; ``None``: every queue) is hidden."""
         rows = await conn.fetch(
             "job_parent_outcomes",
-            {"ids": list(ids), "inline_bytes": inline_bytes, "total_bytes": total_bytes},
+            {
+                "ids": list(ids),
+                "inline_bytes": inline_bytes,
+                "total_bytes": total_bytes,
+                "queue_patterns": list(queue_patterns) if queue_patterns is not None else None,
+            },
         )
         return [ParentOutcome.from_row(row) for row in rows]
 
+    async def job_parent_results(self, conn: Conn, *, ids: Sequence[int]) -> dict[int, Any]:
+        """The result of each of ``ids`` that exists."""
+        rows = await conn.fetch("job_parent_results", {"ids": list(ids)})
+        return {int(row["id"]): row["result"] for row in rows}
+
     async def workflow_create(
-        self, conn: Conn, *, name: str, steps: int, actor: str | None, actor_key_id: int | None
-    ) -> Workflow:
-        """Records a workflow; its steps are enqueued next in the same transaction."""
+        self,
+        conn: Conn,
+        *,
+        name: str,
+        steps: int,
+        actor: str | None,
+        actor_key_id: int | None,
+        idempotency_key: str | None = None,
+        idempotency_hash: str | None = None,
+    ) -> Workflow | None:
+        """Records a workflow (its steps are enqueued next in the same transaction); ``None``
+        when another workflow holds ``idempotency_key``."""
         rows = await conn.fetch(
             "workflow_create",
-            {"name": name, "steps": steps, "actor": actor, "actor_key_id": actor_key_id},
+            {
+                "name": name,
+                "steps": steps,
+                "actor": actor,
+                "actor_key_id": actor_key_id,
+                "idempotency_key": idempotency_key,
+                "idempotency_hash": idempotency_hash,
+            },
         )
-        return Workflow.from_row(rows[0])
+        return Workflow.from_row(rows[0]) if rows else None
+
+    async def workflow_get_by_idempotency_key(
+        self, conn: Conn, *, idempotency_key: str
+    ) -> Workflow | None:
+        """The workflow holding ``idempotency_key``, or ``None``."""
+        rows = await conn.fetch(
+            "workflow_get_by_idempotency_key", {"idempotency_key": idempotency_key}
+        )
+        return Workflow.from_row(rows[0]) if rows else None
 
     async def workflow_get(self, conn: Conn, *, workflow_id: int) -> Workflow | None:
         """One workflow, or ``None``."""

@@ -190,6 +190,42 @@ func TestEnqueueRetriedAfterDroppedAnswerCreatesOneJob(t *testing.T) {
 	assertJobs(t, c, queue, job.ID, b.Jobs[0].ID, b.Jobs[1].ID)
 }
 
+// A workflow create whose answer is lost is sent again with the same automatic key, and one
+// workflow exists; a key of the caller's own answers the workflow it made.
+func TestWorkflowCreateRetriedAfterDroppedAnswerCreatesOneWorkflow(t *testing.T) {
+	t.Parallel()
+	proxy := newDroppingProxy(t, serverURL(t))
+	c, queue := setup(t)
+	viaProxy := jobq.NewClient(proxy.URL(), jobq.WithLogger(newTestLogger(t)))
+	steps := []jobq.Step{
+		{Name: "extract", EnqueueParams: jobq.EnqueueParams{Queue: queue, Type: "step"}},
+		{Name: "load", After: []string{"extract"}, EnqueueParams: jobq.EnqueueParams{Queue: queue, Type: "step"}},
+	}
+	proxy.dropAnswers.Store(1)
+	wf, err := viaProxy.CreateWorkflow(context.Background(), "go-dropped", steps)
+	if err != nil {
+		t.Fatalf("CreateWorkflow through the proxy: %v", err)
+	}
+	if got := proxy.dropped.Load(); got != 1 {
+		t.Fatalf("the proxy dropped %d answers, want 1", got)
+	}
+	assertJobs(t, c, queue, wf.Steps[0].Job.ID, wf.Steps[1].Job.ID)
+
+	key := "go-" + queue
+	keyed, err := c.CreateWorkflowWithKey(context.Background(), "go-keyed", key, steps[:1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := c.CreateWorkflowWithKey(context.Background(), "go-keyed", key, steps[:1])
+	if err != nil || again.ID != keyed.ID {
+		t.Fatalf("the same key and request again = %+v, %v; want workflow %d", again, err, keyed.ID)
+	}
+	var refused *jobq.Error
+	if _, err := c.CreateWorkflowWithKey(context.Background(), "other", key, steps[:1]); !errors.As(err, &refused) || refused.Status != 422 {
+		t.Fatalf("the key with another request = %v, want a 422 *jobq.Error", err)
+	}
+}
+
 // assertJobs checks the queue holds exactly these jobs.
 func assertJobs(t *testing.T, c *jobq.Client, queue string, ids ...int64) {
 	t.Helper()

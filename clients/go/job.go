@@ -68,7 +68,8 @@ type Job struct {
 	WorkflowStep    string          `json:"workflow_step,omitempty"`
 	CallbackURL     string          `json:"callback_url,omitempty"`
 	// Parents: for a claimed job that waited for others, how they ended ({"total",
-	// "succeeded", "dead", "cancelled", "failed_ids", "jobs": [...]}).
+	// "succeeded", "dead", "cancelled", "failed_ids", "jobs": [...]}). A parent in a queue the
+	// worker's API key may not read comes with "result_hidden": true and its id and state only.
 	Parents json.RawMessage `json:"parents,omitempty"`
 
 	// Raw is the job's JSON exactly as the service answered it, fields this version of the

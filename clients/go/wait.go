@@ -117,18 +117,30 @@ func (c *Client) EnqueueAndWait(ctx context.Context, params EnqueueParams, timeo
 
 // CreateWorkflow creates a workflow: every step's job in one transaction. Steps without After
 // are due at once; each other one waits until its parents end. A cycle, a duplicate or an
-// unknown step name is a 422 *Error and creates nothing. Not sent again after a broken
-// connection (a second request would be a second workflow).
+// unknown step name is a 422 *Error and creates nothing. It sends an idempotency key of its
+// own, so a request sent again after a broken connection creates one workflow (see
+// CreateWorkflowWithKey for a key of the caller's).
 func (c *Client) CreateWorkflow(ctx context.Context, name string, steps []Step) (*Workflow, error) {
+	return c.CreateWorkflowWithKey(ctx, name, "", steps)
+}
+
+// CreateWorkflowWithKey is CreateWorkflow under the caller's idempotency key ("": one of its
+// own). The key stands for the workflow it made: the same key with the same request answers
+// that workflow again, with another request a 422 *Error.
+func (c *Client) CreateWorkflowWithKey(ctx context.Context, name, idempotencyKey string, steps []Step) (*Workflow, error) {
 	type stepBody struct {
 		enqueueBody
 		Name  string   `json:"name"`
 		After []string `json:"after"`
 	}
+	if idempotencyKey == "" {
+		idempotencyKey = newIdempotencyKey()
+	}
 	body := struct {
-		Name  string     `json:"name"`
-		Steps []stepBody `json:"steps"`
-	}{Name: name, Steps: make([]stepBody, len(steps))}
+		Name           string     `json:"name"`
+		Steps          []stepBody `json:"steps"`
+		IdempotencyKey string     `json:"idempotency_key"`
+	}{Name: name, Steps: make([]stepBody, len(steps)), IdempotencyKey: idempotencyKey}
 	for i := range steps {
 		item, err := steps[i].body()
 		if err != nil {
@@ -141,7 +153,8 @@ func (c *Client) CreateWorkflow(ctx context.Context, name string, steps []Step) 
 		body.Steps[i] = stepBody{item, steps[i].Name, after}
 	}
 	var wf Workflow
-	if err := c.do(ctx, request{method: http.MethodPost, path: "/v1/workflows", body: body}, &wf); err != nil {
+	post := request{method: http.MethodPost, path: "/v1/workflows", body: body, resend: true}
+	if err := c.do(ctx, post, &wf); err != nil {
 		return nil, err
 	}
 	return &wf, nil

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from jobq_client import Client
+from jobq_client import Client, Step
 from tests.dropping_proxy import DroppingProxy
 from tests.processes import JobqServers
 
@@ -64,6 +64,27 @@ async def test_an_enqueue_whose_answer_was_lost_is_sent_again_and_creates_one_jo
     assert keyed["idempotency_key"] == "order-7" and again["id"] == keyed["id"]
     assert job["payload"] == {"n": 1} and job["idempotency_key"]
     assert [j["payload"] for j in batch] == [{"n": 2}, {"n": 3}]
+    assert await jobs_in_queue(clean_db) == 4
+
+
+async def test_a_workflow_create_whose_answer_was_lost_is_sent_again_and_creates_one(
+    jobq_servers: JobqServers, clean_db: AsyncEngine
+) -> None:
+    server = await jobq_servers.start()
+    steps = [Step("a", "t", queue=QUEUE), Step("b", "t", queue=QUEUE, after=["a"])]
+    async with DroppingProxy(server.port) as proxy, Client(proxy.url) as client:
+        proxy.drop_answers = 1
+        flow = await client.workflow("w", steps)
+        assert proxy.dropped == 1
+        # A key of the caller's own is sent as it is, and stands for the workflow it made.
+        proxy.drop_answers = 1
+        keyed = await client.workflow("w", steps, idempotency_key="nightly-7")
+        again = await client.workflow("w", steps, idempotency_key="nightly-7")
+        assert proxy.dropped == 2
+    assert again["id"] == keyed["id"] != flow["id"]
+    async with clean_db.connect() as conn:
+        workflows = await conn.scalar(text("SELECT count(*) FROM workflows"))
+    assert workflows == 2
     assert await jobs_in_queue(clean_db) == 4
 
 

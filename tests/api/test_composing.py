@@ -163,6 +163,7 @@ async def test_a_workflow_is_created_read_cancelled_and_retried_whole(
         "status": "succeeded",
         "result": {"rows": 3},
         "result_by_reference": False,
+        "result_hidden": False,
     }
     r = await client.post(f"/v1/workflows/{workflow['id']}/cancel")
     assert r.json()["steps"] == {"clean": "cancelled", "load": "cancelled"}
@@ -184,7 +185,7 @@ async def test_a_workflow_that_cannot_run_is_refused_naming_the_step(
         ({"name": "w", "steps": []}, "body.steps"),
         (
             {"name": "w", "steps": [{"name": "a", "type": "t", "idempotency_key": "k"}]},
-            "body.steps[0]",
+            "body.steps[0].idempotency_key",  # a job's field, not a step's
         ),
     ]
     for body, field in cases:

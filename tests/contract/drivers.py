@@ -261,6 +261,12 @@ class Driver:
         """The driver's ``enqueue``: ``{"ok": true, "job": ...}`` or the error it reported."""
         return await self.run("enqueue", json.dumps({"type": type, "payload": payload, **fields}))
 
+    async def workflow(
+        self, name: str, steps: list[dict[str, Any]], **fields: Any
+    ) -> dict[str, Any]:
+        """The driver's ``workflow``: ``{"ok": true, "workflow": ...}`` or the error it reported."""
+        return await self.run("workflow", json.dumps({"name": name, "steps": steps, **fields}))
+
     async def wait(self, job_id: int, seconds: float = 30.0) -> dict[str, Any]:
         """The driver's ``wait`` for one job."""
         return await self.run("wait", str(job_id), str(seconds))

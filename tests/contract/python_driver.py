@@ -1,6 +1,7 @@
 """The contract suite's driver for ``jobq_client`` (clients/CONTRACT.md): its public API, nothing else.
 
-``python tests/contract/python_driver.py enqueue '{"type": ...}'`` | ``wait ID SECONDS`` | ``worker``.
+``python tests/contract/python_driver.py enqueue '{"type": ...}'`` | ``workflow '{"name": ...}'``
+| ``wait ID SECONDS`` | ``worker``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import os
 import sys
 from typing import Any
 
-from jobq_client import Client, JobContext, JobqError, WaitTimeout, Worker
+from jobq_client import Client, JobContext, JobqError, Step, WaitTimeout, Worker
 
 
 def emit(line: dict[str, Any]) -> None:
@@ -42,6 +43,30 @@ async def enqueue(spec: dict[str, Any]) -> None:
             emit({"ok": False, "status": exc.status, "problem": exc.problem})
             return
     emit({"ok": True, "job": job})
+
+
+async def workflow(spec: dict[str, Any]) -> None:
+    queue = os.environ["JOBQ_QUEUE"]
+    async with client() as producer:
+        try:
+            created = await producer.workflow(
+                spec["name"],
+                [
+                    Step(
+                        step["name"],
+                        step["type"],
+                        after=step.get("after", ()),
+                        payload=step.get("payload"),
+                        queue=queue,
+                    )
+                    for step in spec["steps"]
+                ],
+                idempotency_key=spec.get("idempotency_key"),
+            )
+        except JobqError as exc:
+            emit({"ok": False, "status": exc.status, "problem": exc.problem})
+            return
+    emit({"ok": True, "workflow": created})
 
 
 async def wait(job_id: int, seconds: float) -> None:
@@ -130,6 +155,8 @@ def main(argv: list[str]) -> None:
     command = argv[1]
     if command == "enqueue":
         asyncio.run(enqueue(json.loads(argv[2])))
+    elif command == "workflow":
+        asyncio.run(workflow(json.loads(argv[2])))
     elif command == "wait":
         asyncio.run(wait(int(argv[2]), float(argv[3])))
     elif command == "worker":

@@ -255,6 +255,37 @@ async def test_an_enqueue_retried_after_a_dropped_connection_creates_one_job(
     assert ids == [answer["job"]["id"]]
 
 
+async def test_a_workflow_create_retried_after_a_dropped_connection_creates_one_workflow(
+    driver: Driver, service: JobqServer, engine: AsyncEngine
+) -> None:
+    token = uuid.uuid4().hex
+    steps = [
+        {"name": "first", "type": "echo", "payload": {"token": token}},
+        {"name": "second", "type": "echo", "payload": {"token": token}, "after": ["first"]},
+    ]
+    async with DroppingProxy(service.port) as proxy:
+        proxy.drop_answers = 1  # the server creates the workflow; its answer never arrives
+        answer = await driver.with_key(None, url=proxy.url).workflow(f"dropped-{token}", steps)
+        dropped = proxy.dropped
+
+    assert answer["ok"] is True, answer
+    assert dropped == 1
+    async with engine.connect() as conn:
+        workflows = (
+            await conn.scalars(
+                text("SELECT id FROM workflows WHERE name = :n"), {"n": f"dropped-{token}"}
+            )
+        ).all()
+        ids = (
+            await conn.scalars(
+                text("SELECT id FROM jobs WHERE queue = :q AND payload->>'token' = :t ORDER BY id"),
+                {"q": driver.queue, "t": token},
+            )
+        ).all()
+    assert workflows == [answer["workflow"]["id"]]
+    assert ids == sorted(s["job"]["id"] for s in answer["workflow"]["steps"])
+
+
 async def test_keys_no_key_is_401_a_viewer_key_403_a_producer_key_enqueues(
     driver: Driver, keyed_service: KeyedService
 ) -> None:

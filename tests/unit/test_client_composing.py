@@ -101,7 +101,10 @@ async def test_workflow_calls_send_steps_and_reach_their_routes() -> None:
         await client.retry_workflow(5)
     create = requests[0]
     assert (create.method, create.url.path) == ("POST", "/v1/workflows")
-    assert body(create) == {
+    sent = body(create)
+    # A key of its own, so that the create is safe to send again.
+    assert sent.pop("idempotency_key").startswith("auto:")
+    assert sent == {
         "name": "w",
         "steps": [
             {
@@ -129,6 +132,13 @@ async def test_workflow_calls_send_steps_and_reach_their_routes() -> None:
         ("POST", "/v1/workflows/5/cancel"),
         ("POST", "/v1/workflows/5/retry"),
     ]
+
+
+async def test_a_workflow_create_sends_the_callers_own_key_as_it_is() -> None:
+    client, requests = recording({"id": 5, "state": "running", "steps": []})
+    async with client:
+        await client.workflow("w", [Step("a", "t")], idempotency_key="nightly-2030-01-01")
+    assert body(requests[0])["idempotency_key"] == "nightly-2030-01-01"
 
 
 async def test_wait_workflow_long_polls_the_last_open_step_then_reads_again() -> None:

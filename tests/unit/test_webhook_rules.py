@@ -13,6 +13,7 @@ from app.domain.webhooks import (
     parse_networks,
     signature_header,
 )
+from app.maintenance.webhook_sender import _without_addresses
 from app.maintenance.webhooks import WebhookConfig
 from app.settings import Settings
 from jobq_client import InvalidSignature, verify_signature
@@ -159,3 +160,13 @@ def test_the_job_page_tells_each_delivery_attempt() -> None:
         ("finished", "delivered (H"),
         ("dead", "refused"),
     ]
+
+
+def test_an_attempts_error_names_the_host_not_the_addresses_it_resolved_to() -> None:
+    told = "ConnectError: [Errno 111] Connect call failed ('10.0.0.7', 80), ('fd00::7', 80)"
+    addresses = [ipaddress.ip_address("10.0.0.7"), ipaddress.ip_address("fd00::7")]
+    shown = _without_addresses(told, "hooks.internal", addresses)
+    assert shown == (
+        "ConnectError: [Errno 111] Connect call failed ('hooks.internal', 80), "
+        "('hooks.internal', 80)"
+    )

@@ -15,33 +15,63 @@ FROM jobs j
 WHERE j.id = ANY (CAST(:ids AS bigint[]));
 
 -- name: job_parent_outcomes
--- For each given (claimed) job, its parents in depends_on order: id, step, state, and the result inline while it fits :inline_bytes and the job's running total stays within :total_bytes.
-SELECT o.job_id, o.id, o.step, o.status,
-       CASE WHEN o.size <= CAST(:inline_bytes AS int)
-                 AND o.running_size <= CAST(:total_bytes AS int)
+-- For each given (claimed) job, its parents in depends_on order: id, state, whether its queue is outside :queue_patterns (hidden: neither its step nor its result is read), whether it has a result and its size, and the result while it fits :inline_bytes and the results inline before it plus it fit :total_bytes.
+-- :queue_patterns (SQL LIKE) are the claiming key's scopes; NULL: every queue. Only results
+-- that can come inline (readable, at most :inline_bytes) count toward :total_bytes, so a small
+-- result behind large ones still comes. Once one that could come does not fit, the ones after
+-- it are not read here: the caller may still take those that fit what is left
+-- (job_parent_results), for each result inline counts and none other does.
+SELECT o.job_id, o.id,
+       CASE WHEN o.hidden THEN NULL ELSE o.step END AS step,
+       o.status, o.hidden, o.has_result, o.size,
+       CASE WHEN o.fits AND o.running_size <= CAST(:total_bytes AS bigint)
             THEN o.result END AS result,
-       o.result IS NOT NULL
-           AND NOT (o.size <= CAST(:inline_bytes AS int)
-                    AND o.running_size <= CAST(:total_bytes AS int)) AS by_reference
+       o.fits AND o.running_size <= CAST(:total_bytes AS bigint) AS inline
 FROM (
-    SELECT c.id AS job_id, d.ord, p.id, p.workflow_step AS step,
-           COALESCE(p.status, 'deleted') AS status, p.result,
-           COALESCE(octet_length(p.result::text), 0) AS size,
-           sum(COALESCE(octet_length(p.result::text), 0))
-               OVER (PARTITION BY c.id ORDER BY d.ord) AS running_size
-    FROM jobs c
-    CROSS JOIN LATERAL unnest(c.depends_on) WITH ORDINALITY AS d(parent_id, ord)
-    LEFT JOIN jobs p ON p.id = d.parent_id
-    WHERE c.id = ANY (CAST(:ids AS bigint[]))
+    SELECT v.*,
+           sum(CASE WHEN v.fits THEN v.size ELSE 0 END)
+               OVER (PARTITION BY v.job_id ORDER BY v.ord) AS running_size
+    FROM (
+        SELECT c.id AS job_id, d.ord, p.id, p.workflow_step AS step,
+               COALESCE(p.status, 'deleted') AS status, p.result,
+               p.id IS NOT NULL AND CAST(:queue_patterns AS text[]) IS NOT NULL
+                   AND NOT p.queue LIKE ANY (CAST(:queue_patterns AS text[])) AS hidden,
+               p.result IS NOT NULL AS has_result,
+               COALESCE(octet_length(p.result::text), 0) AS size,
+               p.result IS NOT NULL
+                   AND (CAST(:queue_patterns AS text[]) IS NULL
+                        OR p.queue LIKE ANY (CAST(:queue_patterns AS text[])))
+                   AND octet_length(p.result::text) <= CAST(:inline_bytes AS int) AS fits
+        FROM jobs c
+        CROSS JOIN LATERAL unnest(c.depends_on) WITH ORDINALITY AS d(parent_id, ord)
+        LEFT JOIN jobs p ON p.id = d.parent_id
+        WHERE c.id = ANY (CAST(:ids AS bigint[]))
+    ) v
 ) o
 ORDER BY o.job_id, o.ord;
 
+-- name: job_parent_results
+-- The results of the given (finished) parent jobs, read by id: those job_parent_outcomes left out that still fit a claim's inline budget.
+SELECT p.id, p.result
+FROM jobs p
+WHERE p.id = ANY (CAST(:ids AS bigint[]));
+
 -- name: workflow_create
--- Records a workflow (its name, step count and who made it); its steps are enqueued next, in the same transaction.
-INSERT INTO workflows (name, steps, created_by, created_by_key_id)
+-- Records a workflow (its name, step count, who made it, its idempotency key and the request's fingerprint); its steps are enqueued next, in the same transaction. No row back when another workflow holds the key.
+-- Of two creates with one key at once, the second's insert waits for the first's transaction
+-- on the unique index (migration 0026) and then skips: its next statement (READ COMMITTED)
+-- finds the first's workflow with workflow_get_by_idempotency_key.
+INSERT INTO workflows (name, steps, created_by, created_by_key_id, idempotency_key,
+                       idempotency_hash)
 VALUES (CAST(:name AS text), CAST(:steps AS int), CAST(:actor AS text),
-        CAST(:actor_key_id AS bigint))
+        CAST(:actor_key_id AS bigint), CAST(:idempotency_key AS text),
+        CAST(:idempotency_hash AS text))
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING *;
+
+-- name: workflow_get_by_idempotency_key
+-- Reads the workflow holding an idempotency key.
+SELECT * FROM workflows WHERE idempotency_key = CAST(:idempotency_key AS text);
 
 -- name: workflow_get
 -- Reads one workflow.

@@ -95,7 +95,8 @@ export const stderrLogger: Logger = {
   error: (message) => process.stderr.write(`jobq: ${message}\n`),
 };
 
-/** A key for one logical enqueue, so that sending it again can never create a second job. */
+/** A key for one logical enqueue (or workflow create), so that sending it again can never
+ * create a second job (or workflow). */
 export function newIdempotencyKey(): string {
   return `auto:${randomBytes(16).toString("base64url")}`;
 }
@@ -288,11 +289,15 @@ export class Client {
    * without `after` are due at once; each other one waits until its parents end. A cycle, a
    * duplicate or an unknown step name rejects with `JobqError` 422 and creates nothing.
    *
-   * Not sent again on a dropped connection: a second request would be a second workflow.
+   * Without an `idempotency_key` the call makes one of its own and sends it on every retry, so
+   * a request repeated after its connection broke creates one workflow. A key of the caller's
+   * own stands for the workflow it made: the same key with the same request answers that
+   * workflow again; with another request it rejects with `JobqError` 422.
    */
   async createWorkflow(workflow: CreateWorkflow, options: CallOptions = {}): Promise<Workflow> {
     return this.transport.request<Workflow>("POST", "/v1/workflows", {
-      body: workflow,
+      body: withKey(workflow),
+      repeatable: true,
       signal: options.signal,
     });
   }

@@ -120,12 +120,14 @@ export class JobContext<Payload = unknown> {
   /**
    * Each parent's result that came with the claim, keyed by its step name in a workflow, else
    * by its job id. A result too large to come inline (`result_by_reference`) is left out:
-   * `fetchParentResults` reads those too.
+   * `fetchParentResults` reads those too. A parent whose result the worker's API key may not
+   * read (`result_hidden`: its queue is outside the key's scopes) is left out of both.
    */
   get parentResults(): Record<string, unknown> {
     const results: Record<string, unknown> = {};
     for (const parent of this.parents?.jobs ?? []) {
-      if (!parent.result_by_reference) results[parent.step ?? String(parent.id)] = parent.result;
+      if (parent.result_by_reference || parent.result_hidden) continue;
+      results[parent.step ?? String(parent.id)] = parent.result;
     }
     return results;
   }
@@ -135,7 +137,7 @@ export class JobContext<Payload = unknown> {
   async fetchParentResults(): Promise<Record<string, unknown>> {
     const results = this.parentResults;
     for (const parent of this.parents?.jobs ?? []) {
-      if (!parent.result_by_reference) continue;
+      if (!parent.result_by_reference || parent.result_hidden) continue;
       if (this.reader === undefined) {
         throw new Error("this context has no client to read results by reference");
       }

@@ -805,7 +805,13 @@ export interface paths {
          * Create Workflow
          * @description Creates every step in one transaction. Steps without ``after`` are due at once; the
          *     others wait, outside the claim index, until their parents end. Duplicate or unknown
-         *     step names and cycles are refused (422 naming the step) before anything is written.
+         *     step names, cycles, and ``on_parent_failure`` on a step without ``after`` are refused
+         *     (422 naming the step) before anything is written.
+         *
+         *     With an idempotency key (``idempotency_key`` or the ``Idempotency-Key`` header) the
+         *     create is safe to send again: 201 when it made the workflow, 200 with the same workflow
+         *     when the key came with the same request before, 422 when it came with another. Two
+         *     creates with one key at once make one workflow.
          */
         post: operations["create_workflow_v1_workflows_post"];
         delete?: never;
@@ -1013,6 +1019,7 @@ export interface components {
          * @description A job enqueued with a batch, waiting for every job of it: due once all succeeded
          *     (``when: all_succeeded``; cancelled if one ends dead or cancelled) or all finished
          *     (``all_finished``). Its claim carries the counts per outcome and the failed jobs' ids.
+         *     It takes no depends_on, on_parent_failure or ordering_key (its batch is what it waits for).
          */
         BatchCallback: {
             /**
@@ -1049,11 +1056,6 @@ export interface components {
              */
             lease_seconds?: number | null;
             /**
-             * Idempotency Key
-             * @description Per queue; may also come as the Idempotency-Key header. Remembered as long as its job is kept: once the pruner deletes the job, the key may be used again.
-             */
-            idempotency_key?: string | null;
-            /**
              * Timeout Seconds
              * @description Maximum run time of one attempt: no lease reaches past it, and a heartbeat, complete, fail or release after it answers timed_out; the attempt counts as failed.
              */
@@ -1069,15 +1071,20 @@ export interface components {
              */
             callback_url?: string | null;
             /**
-             * Depends On
-             * @description Jobs this one waits for: it stays waiting (never claimed) until every one has ended as on_parent_failure asks, then becomes due in the same transaction as the last one's end. Its claim carries their states and results (parents).
-             */
-            depends_on?: number[] | null;
-            /**
              * On Parent Failure
              * @description When a job it waits for ends dead or cancelled: cancel this one too (the default, recorded in its history), or run it anyway.
              */
             on_parent_failure?: ("cancel" | "run") | null;
+            /**
+             * Idempotency Key
+             * @description Per queue; may also come as the Idempotency-Key header. Remembered as long as its job is kept: once the pruner deletes the job, the key may be used again.
+             */
+            idempotency_key?: string | null;
+            /**
+             * Depends On
+             * @description Jobs this one waits for: it stays waiting (never claimed) until every one has ended as on_parent_failure asks, then becomes due in the same transaction as the last one's end. Its claim carries their states and results (parents).
+             */
+            depends_on?: number[] | null;
             /**
              * Ordering Key
              * @description Jobs of a queue with the same ordering key run one at a time, in enqueue order, across all instances: the next starts once the one before succeeded, or ended dead or cancelled (a retrying job holds the ones after it). Other keys are never held up. Not with depends_on.
@@ -1410,6 +1417,11 @@ export interface components {
             name: string;
             /** Steps */
             steps: components["schemas"]["Step"][];
+            /**
+             * Idempotency Key
+             * @description Makes the create safe to send again: the same key with the same request answers the workflow it made (200), with a different request a 422. One namespace for all workflows; may also come as the Idempotency-Key header. Remembered as long as the workflow is kept: until every step's job is pruned or deleted.
+             */
+            idempotency_key?: string | null;
         };
         /**
          * EnqueueBatchRequest
@@ -1460,11 +1472,6 @@ export interface components {
              */
             lease_seconds?: number | null;
             /**
-             * Idempotency Key
-             * @description Per queue; may also come as the Idempotency-Key header. Remembered as long as its job is kept: once the pruner deletes the job, the key may be used again.
-             */
-            idempotency_key?: string | null;
-            /**
              * Timeout Seconds
              * @description Maximum run time of one attempt: no lease reaches past it, and a heartbeat, complete, fail or release after it answers timed_out; the attempt counts as failed.
              */
@@ -1480,15 +1487,20 @@ export interface components {
              */
             callback_url?: string | null;
             /**
-             * Depends On
-             * @description Jobs this one waits for: it stays waiting (never claimed) until every one has ended as on_parent_failure asks, then becomes due in the same transaction as the last one's end. Its claim carries their states and results (parents).
-             */
-            depends_on?: number[] | null;
-            /**
              * On Parent Failure
              * @description When a job it waits for ends dead or cancelled: cancel this one too (the default, recorded in its history), or run it anyway.
              */
             on_parent_failure?: ("cancel" | "run") | null;
+            /**
+             * Idempotency Key
+             * @description Per queue; may also come as the Idempotency-Key header. Remembered as long as its job is kept: once the pruner deletes the job, the key may be used again.
+             */
+            idempotency_key?: string | null;
+            /**
+             * Depends On
+             * @description Jobs this one waits for: it stays waiting (never claimed) until every one has ended as on_parent_failure asks, then becomes due in the same transaction as the last one's end. Its claim carries their states and results (parents).
+             */
+            depends_on?: number[] | null;
             /**
              * Ordering Key
              * @description Jobs of a queue with the same ordering key run one at a time, in enqueue order, across all instances: the next starts once the one before succeeded, or ended dead or cancelled (a retrying job holds the ones after it). Other keys are never held up. Not with depends_on.
@@ -2088,13 +2100,17 @@ export interface components {
         /**
          * ParentJob
          * @description One job a claimed job waited for: how it ended, and its result.
+         *
+         *     A claim carries the results only of parents whose queue the claiming key may read; of the
+         *     others it carries the id and state (``result: null``, ``step: null``,
+         *     ``result_hidden: true``), as ``GET /v1/jobs/{id}`` answers such a parent 403.
          */
         ParentJob: {
             /** Id */
             id: number;
             /**
              * Step
-             * @description Its workflow step's name, if any.
+             * @description Its workflow step's name, if any (null when result_hidden).
              */
             step: string | null;
             /**
@@ -2102,13 +2118,19 @@ export interface components {
              * @description succeeded, dead or cancelled; deleted when it is gone.
              */
             status: string;
-            /** @description Its result, unless result_by_reference. */
+            /** @description Its result, unless result_by_reference or result_hidden (then null). */
             result: components["schemas"]["JsonValue"];
             /**
              * Result By Reference
-             * @description The result was too large to come inline (JOBQ_PARENT_RESULT_INLINE_MAX_BYTES, JOBQ_PARENT_RESULTS_MAX_BYTES): read it with GET /v1/jobs/{id}.
+             * @description The result did not fit the claim (JOBQ_PARENT_RESULT_INLINE_MAX_BYTES each, JOBQ_PARENT_RESULTS_MAX_BYTES for the results inline in all, in depends_on order): read it with GET /v1/jobs/{id}.
              */
             result_by_reference: boolean;
+            /**
+             * Result Hidden
+             * @description Its queue is outside the claiming key's scopes: the claim tells only its id and state, and GET /v1/jobs/{id} answers 403.
+             * @default false
+             */
+            result_hidden?: boolean;
         };
         /**
          * Parents
@@ -2611,9 +2633,10 @@ export interface components {
         };
         /**
          * Step
-         * @description One step: a job template (the fields of ``POST /v1/jobs``), its name, and the steps it
-         *     runs ``after``. It becomes due once every one of those succeeded (or ended at all, with
-         *     ``on_parent_failure: run``); its claim carries their results (``parents``).
+         * @description One step: a job template (the fields of ``POST /v1/jobs`` but idempotency_key,
+         *     depends_on and ordering_key), its name, and the steps it runs ``after``. It becomes due once
+         *     every one of those succeeded (or ended at all, with ``on_parent_failure: run``, which only a
+         *     step with ``after`` takes); its claim carries their results (``parents``).
          */
         Step: {
             /**
@@ -2650,11 +2673,6 @@ export interface components {
              */
             lease_seconds?: number | null;
             /**
-             * Idempotency Key
-             * @description Per queue; may also come as the Idempotency-Key header. Remembered as long as its job is kept: once the pruner deletes the job, the key may be used again.
-             */
-            idempotency_key?: string | null;
-            /**
              * Timeout Seconds
              * @description Maximum run time of one attempt: no lease reaches past it, and a heartbeat, complete, fail or release after it answers timed_out; the attempt counts as failed.
              */
@@ -2670,20 +2688,10 @@ export interface components {
              */
             callback_url?: string | null;
             /**
-             * Depends On
-             * @description Jobs this one waits for: it stays waiting (never claimed) until every one has ended as on_parent_failure asks, then becomes due in the same transaction as the last one's end. Its claim carries their states and results (parents).
-             */
-            depends_on?: number[] | null;
-            /**
              * On Parent Failure
              * @description When a job it waits for ends dead or cancelled: cancel this one too (the default, recorded in its history), or run it anyway.
              */
             on_parent_failure?: ("cancel" | "run") | null;
-            /**
-             * Ordering Key
-             * @description Jobs of a queue with the same ordering key run one at a time, in enqueue order, across all instances: the next starts once the one before succeeded, or ended dead or cancelled (a retrying job holds the ones after it). Other keys are never held up. Not with depends_on.
-             */
-            ordering_key?: string | null;
             /** Name */
             name: string;
             /**
@@ -5685,7 +5693,10 @@ export interface operations {
     create_workflow_v1_workflows_post: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Same as the body's idempotency_key (they must agree when both are sent). */
+                "Idempotency-Key"?: string | null;
+            };
             path?: never;
             cookie?: never;
         };
@@ -5695,6 +5706,15 @@ export interface operations {
             };
         };
         responses: {
+            /** @description Replay of an idempotent request */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Workflow"];
+                };
+            };
             /** @description Successful Response */
             201: {
                 headers: {

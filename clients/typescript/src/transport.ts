@@ -7,8 +7,9 @@
  * - a request whose connection broke before any answer came (reset, closed by the peer) is sent
  *   again at once, up to twice. That is the keep-alive race: the server closes an idle pooled
  *   connection just as a request goes out on it; undici drops that socket, so the next try
- *   takes a fresh one. Only requests that are `repeatable` (reads, PUTs, enqueues carrying their
- *   idempotency key, lease calls without a claim) go again: the request may have been done.
+ *   takes a fresh one. Only requests that are `repeatable` (reads, PUTs, enqueues and workflow
+ *   creates carrying their idempotency key, lease calls without a claim) go again: the request
+ *   may have been done.
  * - a transient failure (a 5xx, 408 or 429 answer, a timeout, a refused connection) is retried
  *   up to `retries` times after a backoff, or after the `Retry-After` the service asked for.
  *   Error answers are retried only for repeatable requests; a refused connection for any (it

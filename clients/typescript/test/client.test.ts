@@ -209,6 +209,37 @@ describe("retries after a dropped connection", () => {
     );
   });
 
+  test("a workflow create whose answer was lost is sent again with its automatic key: one workflow", async () => {
+    client = throughProxy();
+    const queue = uniqueQueue("dropped-workflow");
+    proxy.requests.length = 0;
+    proxy.dropAnswers = 1;
+    const workflow = await client.createWorkflow({
+      name: "dropped",
+      steps: [
+        { name: "first", type: "echo", queue },
+        { name: "second", type: "echo", queue, after: ["first"] },
+      ],
+    });
+    assert.equal(proxy.dropAnswers, 0, "the proxy dropped the first answer");
+    assert.equal(proxy.count("POST /v1/workflows"), 2, "the create went out twice");
+    assert.deepEqual(
+      await jobsOf(direct, queue),
+      workflow.steps.map((step) => step.job.id).sort((a, b) => a - b),
+      "one workflow's steps exist",
+    );
+    // A key of the caller's own stands for the workflow it made.
+    const key = `ts-${queue}`;
+    const body = {
+      name: "keyed",
+      idempotency_key: key,
+      steps: [{ name: "a", type: "echo", queue }],
+    };
+    const keyed = await direct.createWorkflow(body);
+    assert.equal((await direct.createWorkflow(body)).id, keyed.id);
+    proxy.requests.length = 0;
+  });
+
   test("a request on a reused connection reset as it goes out is sent again", async () => {
     client = throughProxy();
     const job = await client.enqueue({ queue: uniqueQueue("reused"), type: "echo" });

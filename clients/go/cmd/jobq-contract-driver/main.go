@@ -3,6 +3,7 @@
 // suite starts, signals, kills and reads.
 //
 //	jobq-contract-driver enqueue '{"type": "echo", "payload": {...}}'
+//	jobq-contract-driver workflow '{"name": "w", "steps": [{"name": "a", "type": "echo"}]}'
 //	jobq-contract-driver wait <job_id> <timeout_seconds>
 //	jobq-contract-driver worker
 //
@@ -43,7 +44,7 @@ func main() {
 	log.SetPrefix("jobq-contract-driver: ")
 	log.SetOutput(os.Stderr)
 	if len(os.Args) < 2 {
-		log.Fatal("usage: jobq-contract-driver enqueue <json> | wait <job_id> <timeout_seconds> | worker")
+		log.Fatal("usage: jobq-contract-driver enqueue <json> | workflow <json> | wait <job_id> <timeout_seconds> | worker")
 	}
 	baseURL, queue := os.Getenv("JOBQ_URL"), os.Getenv("JOBQ_QUEUE")
 	if baseURL == "" || queue == "" {
@@ -58,6 +59,8 @@ func main() {
 	switch cmd := os.Args[1]; {
 	case cmd == "enqueue" && len(os.Args) == 3:
 		err = enqueue(client, queue, os.Args[2])
+	case cmd == "workflow" && len(os.Args) == 3:
+		err = createWorkflow(client, queue, os.Args[2])
 	case cmd == "wait" && len(os.Args) == 4:
 		err = wait(client, os.Args[2], os.Args[3])
 	case cmd == "worker" && len(os.Args) == 2:
@@ -106,6 +109,41 @@ func enqueue(client *jobq.Client, queue, arg string) error {
 		return err
 	}
 	emit(map[string]any{"ok": true, "job": job.Raw})
+	return nil
+}
+
+func createWorkflow(client *jobq.Client, queue, arg string) error {
+	var spec struct {
+		Name           string `json:"name"`
+		IdempotencyKey string `json:"idempotency_key"`
+		Steps          []struct {
+			Name    string          `json:"name"`
+			Type    string          `json:"type"`
+			Payload json.RawMessage `json:"payload"`
+			After   []string        `json:"after"`
+		} `json:"steps"`
+	}
+	if err := json.Unmarshal([]byte(arg), &spec); err != nil {
+		return fmt.Errorf("workflow: bad JSON argument: %w", err)
+	}
+	steps := make([]jobq.Step, len(spec.Steps))
+	for i, s := range spec.Steps {
+		steps[i] = jobq.Step{
+			Name:          s.Name,
+			After:         s.After,
+			EnqueueParams: jobq.EnqueueParams{Queue: queue, Type: s.Type, Payload: s.Payload},
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	wf, err := client.CreateWorkflowWithKey(ctx, spec.Name, spec.IdempotencyKey, steps)
+	if err != nil {
+		if reportAPIError(err) {
+			return nil
+		}
+		return err
+	}
+	emit(map[string]any{"ok": true, "workflow": wf})
 	return nil
 }
 

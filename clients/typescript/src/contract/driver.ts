@@ -4,6 +4,7 @@
  * program on the client's public API alone, which the suite starts, signals, kills and reads.
  *
  *     node dist/contract/driver.js enqueue '<json>'
+ *     node dist/contract/driver.js workflow '<json>'
  *     node dist/contract/driver.js wait <job_id> <timeout_seconds>
  *     node dist/contract/driver.js worker
  *
@@ -59,6 +60,26 @@ async function enqueue(spec: string): Promise<void> {
   const client = new Client({ ...connection(), logger: stderr });
   try {
     emit({ ok: true, job: await client.enqueue({ ...job, queue: required("JOBQ_QUEUE") }) });
+  } catch (error) {
+    if (!(error instanceof JobqError)) throw error;
+    emit({ ok: false, status: error.status, problem: error.problem });
+  }
+}
+
+async function workflow(spec: string): Promise<void> {
+  const flow = JSON.parse(spec) as {
+    name: string;
+    idempotency_key?: string;
+    steps: { name: string; type: string; payload?: unknown; after?: string[] }[];
+  };
+  const queue = required("JOBQ_QUEUE");
+  const client = new Client({ ...connection(), logger: stderr });
+  try {
+    const created = await client.createWorkflow({
+      ...flow,
+      steps: flow.steps.map((step) => ({ ...step, queue })),
+    });
+    emit({ ok: true, workflow: created });
   } catch (error) {
     if (!(error instanceof JobqError)) throw error;
     emit({ ok: false, status: error.status, problem: error.problem });
@@ -172,9 +193,12 @@ async function work(): Promise<void> {
 async function main(argv: string[]): Promise<void> {
   const [command, ...args] = argv;
   if (command === "enqueue" && args.length === 1) return enqueue(args[0] ?? "");
+  if (command === "workflow" && args.length === 1) return workflow(args[0] ?? "");
   if (command === "wait" && args.length === 2) return wait(args[0] ?? "", args[1] ?? "");
   if (command === "worker" && args.length === 0) return work();
-  throw new Error("usage: driver.js enqueue <json> | wait <job_id> <timeout_seconds> | worker");
+  throw new Error(
+    "usage: driver.js enqueue <json> | workflow <json> | wait <job_id> <timeout_seconds> | worker",
+  );
 }
 
 main(process.argv.slice(2)).then(
