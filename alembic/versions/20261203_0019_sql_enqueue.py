@@ -193,7 +193,9 @@ BEGIN
     IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{ROLE}') THEN
         CREATE ROLE {ROLE} NOLOGIN;
     END IF;
-EXCEPTION WHEN insufficient_privilege THEN
+EXCEPTION WHEN duplicate_object OR unique_violation THEN
+    NULL;  -- another database of the cluster migrating at the same moment made it
+WHEN insufficient_privilege THEN
     RAISE NOTICE 'role {ROLE} not created (no CREATEROLE): grant EXECUTE on jobq.enqueue yourself';
 END
 $do$

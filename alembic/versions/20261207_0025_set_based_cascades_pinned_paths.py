@@ -652,12 +652,20 @@ $fn$
 _DEFINER = f"""
 DO $do$
 BEGIN
-    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{DEFINER}') THEN
-        CREATE ROLE {DEFINER} NOLOGIN NOINHERIT;
-    END IF;
-    IF NOT pg_has_role(current_user, '{DEFINER}', 'USAGE') THEN
-        EXECUTE format('GRANT {DEFINER} TO %I', current_user);
-    END IF;
+    BEGIN
+        IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{DEFINER}') THEN
+            CREATE ROLE {DEFINER} NOLOGIN NOINHERIT;
+        END IF;
+    EXCEPTION WHEN duplicate_object OR unique_violation THEN
+        NULL;  -- another database of the cluster migrating at the same moment made it
+    END;
+    BEGIN
+        IF NOT pg_has_role(current_user, '{DEFINER}', 'USAGE') THEN
+            EXECUTE format('GRANT {DEFINER} TO %I', current_user);
+        END IF;
+    EXCEPTION WHEN duplicate_object OR unique_violation THEN
+        NULL;  -- granted at the same moment by another database's migration
+    END;
 EXCEPTION WHEN insufficient_privilege THEN
     RAISE NOTICE 'role {DEFINER} not made (no CREATEROLE): jobq.enqueue() stays owned by %', current_user;
 END
