@@ -120,8 +120,8 @@ def table_rows(before: Snapshot, after: Snapshot, jobs: int) -> list[dict[str, A
             key: end[key] - start[key]
             for key in ("n_tup_ins", "n_tup_upd", "n_tup_hot_upd", "n_tup_del")
         }
-        if not any(delta.values()) and not end["n_dead_tup"]:
-            continue
+        if not any(delta.values()) and end["n_dead_tup"] == start["n_dead_tup"]:
+            continue  # not written during the workload
         updates = delta["n_tup_upd"]
         rows.append(
             {
