@@ -5,22 +5,26 @@
     python -m bench.deadrows --dsn postgresql://postgres@127.0.0.1:5432/postgres --jobs 5000
     python -m bench.deadrows --smoke --json deadrows.json
 
-Two workloads, each on a fresh database (``bench/harness.py``) with a real `jobq serve`:
-``drain`` enqueues N jobs (``POST /v1/jobs/batch``, 500 a request) then W bare HTTP loops claim
-one job (``POST /v1/claim``, max_jobs 1) and complete it (``POST /v1/complete``) until the queue
-is empty; ``drain-held`` does the same while another connection holds a transaction with an xid
-open (``BEGIN; SELECT txid_current()``) from before the enqueue until the end snapshot has been
-taken, so neither vacuum nor page pruning can reclaim anything the workload leaves. The lean
-queue table (``bench/lean.py``: a primary key and one partial claim index, no triggers) does the
-same two drains with raw SQL on W asyncpg connections (``bench/baseline.py``'s CLAIM and
-COMPLETE, one job a claim) in a database of its own on the same server.
+Workloads, each on a fresh database (``bench/harness.py``) with a real `jobq serve`
+(``bench/deadrows_load.py``): ``drain`` enqueues N jobs (``POST /v1/jobs/batch``, 500 a request)
+then W bare HTTP loops claim one job (``POST /v1/claim``, max_jobs 1) and complete it
+(``POST /v1/complete``) until the queue is empty; ``steady`` offers R jobs/s (``POST /v1/jobs``)
+for S seconds while W long-polling loops claim one job and complete it, until every job is done
+(``--seconds 0`` leaves it out; ``--smoke`` does). Each also runs as ``-held``: another
+connection holds a transaction with an xid open (``BEGIN; SELECT txid_current()``) from before
+the load until the end snapshot has been taken, so neither vacuum nor page pruning can reclaim
+anything the load leaves. The lean queue table (``bench/lean.py``: a primary key and one
+partial claim index, no triggers) runs the same workloads with raw SQL on W asyncpg connections
+(``bench/baseline.py``'s INSERT, CLAIM and COMPLETE, one job a claim) in a database of its own on
+the same server. The figures are in ``docs/storage-dead-rows.md``.
 
 Around each run: ``pg_stat_user_tables`` per table (the counters are read once the workload's
 backends have exited and the counts settled, ``bench/deadrows_stats.py``), each relation's size,
 ``pg_current_wal_lsn()`` (WAL bytes after the enqueue and after the drain), and, when
 ``pg_stat_statements`` can be created, its rows grouped by statement kind. It prints per table
-inserts, updates, HOT updates (and their share), deletes and dead tuples at the end, per job;
-WAL bytes per job; per statement kind; and each index's size after the held run. Autovacuum is
+inserts, updates, HOT updates (and their share), deletes, versions made dead (updates plus
+deletes) and dead tuples at the end, per job; the dead tuples of all tables sampled every second;
+WAL bytes per job; per statement kind; and each index's size after the held runs. Autovacuum is
 left as the server has it (printed). Every job must be done exactly once (``bench/checks.py``);
 a failed check is printed and the command exits 1.
 """

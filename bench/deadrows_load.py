@@ -82,23 +82,31 @@ class Tally:
         self.completed: list[int] = []
         self.errors = Errors()
         self.producing = True
-        self.changed = asyncio.Event()
+        self._ended_at = 0.0
+
+    def production_ended(self) -> None:
+        """No more jobs will be sent."""
+        self.producing = False
+        self._ended_at = time.monotonic()
 
     def done(self, job_ids: list[int]) -> None:
-        """Records completions and wakes whoever waits for the end."""
+        """Records completions."""
         self.completed.extend(job_ids)
-        self.changed.set()
 
     def finished(self) -> bool:
         """Production is over and every job sent is done."""
         return not self.producing and len(self.completed) >= len(self.created)
 
-    async def wait_finished(self) -> None:
-        """Until :meth:`finished`; raises ``TimeoutError`` after :data:`FINISH_TIMEOUT_SECONDS`."""
-        async with asyncio.timeout(FINISH_TIMEOUT_SECONDS):
-            while not self.finished():
-                self.changed.clear()
-                await self.changed.wait()
+    def overdue(self) -> bool:
+        """Production ended :data:`FINISH_TIMEOUT_SECONDS` ago and jobs are still not done: a
+        worker gives up (recording it) rather than wait for jobs that will never come."""
+        if self.producing or time.monotonic() - self._ended_at < FINISH_TIMEOUT_SECONDS:
+            return False
+        left = len(self.created) - len(self.completed)
+        self.errors.add(
+            f"{left} jobs not done {FINISH_TIMEOUT_SECONDS:g} s after the last was sent"
+        )
+        return True
 
 
 async def paced(
@@ -144,7 +152,7 @@ async def _jobq_worker(base: str, index: int, tally: Tally, *, wait: float) -> N
                 return
             taken = response.json()["jobs"]
             if not taken:
-                if tally.finished() or (not tally.producing and wait == 0):
+                if tally.finished() or (not tally.producing and wait == 0) or tally.overdue():
                     return
                 continue
             leases = [{"job_id": j["id"], "lease_id": j["lease_id"]} for j in taken]
@@ -187,7 +195,7 @@ async def jobq_drain(
             await conn.close()
 
     await asyncio.gather(*(producer() for _ in range(ENQUEUE_CLIENTS)))
-    tally.producing = False
+    tally.production_ended()
     await after_enqueue()
     await asyncio.gather(*(_jobq_worker(base, i, tally, wait=0) for i in range(workers)))
 
@@ -216,8 +224,7 @@ async def jobq_steady(base: str, rate: float, seconds: float, workers: int, tall
         try:
             await paced(rate, seconds, send, STEADY_PRODUCERS)
         finally:
-            tally.producing = False
-            tally.changed.set()
+            tally.production_ended()
             await asyncio.gather(*(conn.close() for conn in conns))
 
     async with asyncio.TaskGroup() as group:
@@ -235,7 +242,7 @@ async def _lean_worker(conn: Any, index: int, tally: Tally, *, stop_when_empty: 
         try:
             rows = await conn.fetch(baseline.CLAIM, QUEUE, 1, worker_id)
             if not rows:
-                if stop_when_empty or tally.finished():
+                if stop_when_empty or tally.finished() or tally.overdue():
                     return
                 await asyncio.sleep(LEAN_IDLE_SECONDS)
                 continue
@@ -263,7 +270,7 @@ async def lean_drain(
     for error in loaded["errors"]:
         tally.errors.add(error)
     tally.created.extend(row["id"] for row in await admin.fetch("SELECT id FROM jobs"))
-    tally.producing = False
+    tally.production_ended()
     await after_enqueue()
     conns = await baseline.connect_all(dsn, workers, "bench-deadrows")
     try:
@@ -302,7 +309,7 @@ async def lean_steady(dsn: str, rate: float, seconds: float, workers: int, tally
         try:
             await paced(rate, seconds, send, STEADY_PRODUCERS)
         finally:
-            tally.producing = False
+            tally.production_ended()
 
     try:
         await asyncio.gather(
