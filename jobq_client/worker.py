@@ -13,7 +13,11 @@ while :meth:`Worker.run` runs, all owned and awaited by it:
   worker has no handler for is released for ``unknown_type_delay_seconds``, never failed.
   Unless stopping, that same request claims the worker's next jobs (``claim_next``, without
   waiting) for the slot it frees and any other free one, so a busy worker makes one request per
-  job; the claim loop long-polls only for slots nobody is claiming for already.
+  job; the claim loop long-polls only for slots nobody is claiming for already;
+- completes are shared: one request at a time carries every job whose handler returned since
+  the last one went out (a task lives while there are any), and claims for all the slots they
+  free, so a wide worker makes one request per batch, not per job. Fails, releases and the
+  completes of traced jobs (a request carries one ``traceparent``) go one job per request.
 
 Stopping (``stop()``, SIGTERM or SIGINT): claiming stops at once, every running ``JobContext``
 says ``stopping``, and a handler's next ``save_checkpoint`` saves and then raises
@@ -27,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import json
 import logging
 import os
 import secrets
@@ -42,10 +47,10 @@ from jobq_client import tracing
 from jobq_client.client import DEFAULT_BASE_URL, Client
 from jobq_client.context import JobContext
 from jobq_client.errors import JobqError
-from jobq_client.leases import HeldJob, LeaseKeeper
+from jobq_client.leases import MAX_LEASES_PER_CALL, HeldJob, LeaseKeeper
 from jobq_client.retry import Backoff, describe, is_transient
 
-__all__ = ["Handler", "JobContext", "Worker", "default_worker_id"]
+__all__ = ["Handler", "JobContext", "Worker", "default_worker_id", "worker_pool"]
 
 logger = logging.getLogger("jobq_client.worker")
 
@@ -59,6 +64,19 @@ MAX_RELEASE_DELAY_SECONDS = 30 * 24 * 3600  # the service's limit of a release's
 # How long a job of a type this worker has no handler for goes back to the queue: long enough
 # not to bounce between old workers in a rolling deploy, short enough that a new one soon runs it.
 UNKNOWN_TYPE_DELAY_SECONDS = 60.0
+
+
+def worker_pool(concurrency: int) -> httpx.Limits:
+    """The connection pool a worker's client keeps.
+
+    A few requests are in flight at once whatever the concurrency: the claim's long-poll, a
+    heartbeat, one shared complete, and checkpoints, fails and releases of single jobs. Every
+    connection stays alive: httpcore closes idle connections whenever the pool holds more than
+    ``max_keepalive_connections``, so a pool allowed more connections than it keeps alive opened
+    a connection for nearly every request, and it scans the whole pool for each request.
+    """
+    size = min(concurrency, 16) + 4
+    return httpx.Limits(max_connections=size, max_keepalive_connections=size)
 
 
 def default_worker_id() -> str:
@@ -135,6 +153,9 @@ class Worker:
         self._claiming = 0
         # Held jobs whose settle call claims for their slot (so counted in _claiming instead).
         self._handing_over = 0
+        # Handlers that returned, waiting for the next shared complete request, and its sender.
+        self._to_complete: list[tuple[HeldJob, Any, asyncio.Future[None]]] = []
+        self._flusher: asyncio.Task[None] | None = None
 
     # -- configuration ---------------------------------------------------------------------
 
@@ -186,12 +207,14 @@ class Worker:
         self._grace_over = asyncio.Event()
         self._slot_free = asyncio.Event()
         self._claiming = self._handing_over = 0
+        self._to_complete = []
         signals = self._install_signal_handlers(loop) if install_signal_handlers else []
         client = Client(
             self.base_url,
             timeout=self.request_timeout,
             transport=self.transport,
             api_key=self.api_key,
+            limits=worker_pool(self.concurrency),
         )
         self._client = client
         self._leases = LeaseKeeper(
@@ -490,6 +513,10 @@ class Worker:
                 # A stop or a lost lease is a BaseException: not the handler failing.
                 if not task.cancelled() and isinstance(error := task.exception(), Exception):
                     tracing.record_failure(error)
+                if self._batchable(held, task):
+                    # Settled with whatever other jobs finished meanwhile, in one request.
+                    await self._complete_batched(held, task.result())
+                    return
                 ask = self._claim_next()
                 claimed = await self._settled(ask, leases.settle(held, task, claim_next=ask))
             await self._take(claimed)
@@ -500,6 +527,87 @@ class Worker:
                 self._handing_over -= 1
             leases.drop(held)
             self._slot_free.set()
+
+    def _batchable(self, held: HeldJob, task: asyncio.Task[Any]) -> bool:
+        """Whether the job may be completed in a request shared with other jobs: its handler
+        returned a JSON result, its lease is held, and no trace needs its own request (a
+        request carries one ``traceparent``: a traced job's complete stays a child of its span)."""
+        if held.lost or task.cancelled() or task.exception() is not None or tracing.active():
+            return False
+        try:
+            json.dumps(task.result(), allow_nan=False)
+        except (TypeError, ValueError):
+            return False  # the lease keeper fails it, saying why
+        return True
+
+    async def _complete_batched(self, held: HeldJob, result: Any) -> None:
+        """Queues the job's complete and waits until a request carried it (or gave up on it)."""
+        assert self._loop is not None
+        done = self._loop.create_future()
+        self._to_complete.append((held, result, done))
+        if self._flusher is None:
+            self._flusher = asyncio.create_task(self._flush_completes(), name="jobq-complete")
+        await done
+
+    async def _flush_completes(self) -> None:
+        """Sends the queued completes, one request at a time, each carrying every job that
+        finished while the one before was in flight; the request claims for the slots it frees
+        and any other free one. One at a time: while one is out, the next batch grows, so a busy
+        worker makes few requests however wide it is."""
+        assert self._leases is not None
+        leases = self._leases
+        try:
+            while self._to_complete:
+                batch = self._to_complete[:MAX_LEASES_PER_CALL]
+                del self._to_complete[:MAX_LEASES_PER_CALL]
+                self._handing_over += len(batch)
+                ask = self._claim_next_for_batch()
+                try:
+                    claimed = await leases.complete_many(
+                        [(held, result) for held, result, _ in batch], claim_next=ask
+                    )
+                except Exception as exc:  # noqa: BLE001 - each supervisor logs it
+                    for _, _, done in batch:
+                        if not done.done():
+                            done.set_exception(exc)
+                    claimed = []
+                except BaseException:
+                    for _, _, done in batch:
+                        done.cancel()
+                    raise
+                finally:
+                    if ask is not None:
+                        self._claiming -= ask["max_jobs"]
+                    self._handing_over -= len(batch)
+                    for held, _, _ in batch:
+                        leases.drop(held)
+                try:
+                    # Started before the supervisors wake, so their slots are taken at once.
+                    await self._take(claimed)
+                finally:
+                    for _, _, done in batch:
+                        if not done.done():
+                            done.set_result(None)
+        finally:
+            self._flusher = None
+            if self._to_complete:  # cancelled itself: nobody is left to send these
+                for _, _, done in self._to_complete:
+                    done.cancel()
+                self._to_complete.clear()
+
+    def _claim_next_for_batch(self) -> dict[str, Any] | None:
+        """The claim a shared complete makes for the free slots (its own jobs' among them, as they
+        count in ``_handing_over``), reserved until it is answered; ``None`` while stopping."""
+        stopping, leases = self._stopping, self._leases
+        if not self.claim_next or stopping is None or stopping.is_set() or leases is None:
+            return None
+        if leases.claim_next_refused:
+            return None
+        free = min(self._free(), MAX_CLAIM_JOBS)
+        if free <= 0:
+            return None
+        self._claiming += free
+        return {"queues": self.queues, "max_jobs": free, "lease_seconds": self.lease_seconds}
 
     async def _settled(
         self, ask: dict[str, Any] | None, settling: Awaitable[list[dict[str, Any]]]
