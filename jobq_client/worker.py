@@ -29,6 +29,7 @@ released keeping the last saved checkpoint. A second stop request ends the grace
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import inspect
 import json
@@ -102,6 +103,7 @@ class Worker:
         api_key: str | None = None,
         unknown_type_delay_seconds: float = UNKNOWN_TYPE_DELAY_SECONDS,
         claim_next: bool = True,
+        claim_ahead: int = 0,
     ) -> None:
         queues = ["default"] if queues is None else list(queues)
         if not queues:
@@ -118,6 +120,8 @@ class Worker:
             raise ValueError(
                 f"unknown_type_delay_seconds must be within 0..{MAX_RELEASE_DELAY_SECONDS}"
             )
+        if not 0 <= claim_ahead <= MAX_CLAIM_JOBS:
+            raise ValueError(f"claim_ahead must be within 0..{MAX_CLAIM_JOBS}")
         if heartbeat_interval is None:
             heartbeat_interval = lease_seconds / 3
         if not 0 < heartbeat_interval <= lease_seconds / 3:
@@ -137,6 +141,9 @@ class Worker:
         self.unknown_type_delay_seconds = unknown_type_delay_seconds
         # Settling a job claims the next ones in the same request (False: the claim loop only).
         self.claim_next = claim_next
+        # Jobs held beyond the running ones, each started the moment a handler returns, so no
+        # slot waits for a round trip; held longer, they wait for a slot instead of another worker.
+        self.claim_ahead = claim_ahead
         self.transport = transport
         # A request that takes longer than the lease is of no use to a worker.
         self.request_timeout = max(2.0, min(30.0, float(lease_seconds)))
@@ -156,6 +163,9 @@ class Worker:
         # Handlers that returned, waiting for the next shared complete request, and its sender.
         self._to_complete: list[tuple[HeldJob, Any, asyncio.Future[None]]] = []
         self._flusher: asyncio.Task[None] | None = None
+        # Claimed ahead, held (heartbeated) and waiting for a handler slot, oldest first.
+        self._ready: collections.deque[HeldJob] = collections.deque()
+        self._running = 0  # handlers running: never more than concurrency
 
     # -- configuration ---------------------------------------------------------------------
 
@@ -208,6 +218,8 @@ class Worker:
         self._slot_free = asyncio.Event()
         self._claiming = self._handing_over = 0
         self._to_complete = []
+        self._ready.clear()
+        self._running = 0
         signals = self._install_signal_handlers(loop) if install_signal_handlers else []
         client = Client(
             self.base_url,
@@ -332,6 +344,7 @@ class Worker:
         """Waits up to ``grace`` seconds for running jobs, then cancels the rest and awaits them."""
         assert self._loop is not None and self._grace_over is not None
         deadline = self._loop.time() + grace
+        await self._hand_back_ready()
         while self._held_jobs() and not self._grace_over.is_set():
             remaining = deadline - self._loop.time()
             if remaining <= 0:
@@ -348,6 +361,7 @@ class Worker:
                 grace_over.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await grace_over
+        await self._hand_back_ready()
         left = self._held_jobs()
         if left:
             logger.warning(
@@ -362,12 +376,35 @@ class Worker:
         if supervisors:
             await asyncio.wait(supervisors)
 
+    async def _hand_back_ready(self) -> None:
+        """Releases the jobs claimed ahead that no handler started (stopping: none will)."""
+        assert self._leases is not None and self._client is not None
+        waiting, leases = list(self._ready), self._leases
+        self._ready.clear()
+        held = [h for h in waiting if not h.lost]
+        try:
+            if held:
+                await self._client.release(self.worker_id, [h.ref for h in held])
+        except (JobqError, httpx.TransportError) as exc:
+            logger.warning(
+                "worker %s: handing back %d jobs claimed ahead failed (%s); "
+                "they return when their leases expire",
+                self.worker_id,
+                len(held),
+                describe(exc),
+            )
+        finally:
+            for h in waiting:
+                leases.drop(h)
+
     # -- claiming --------------------------------------------------------------------------
 
     def _free(self) -> int:
-        """Slots neither taken by a held job nor asked for by a claim in flight."""
+        """Slots (running and claimed ahead) neither taken by a held job nor asked for by a claim
+        in flight."""
         assert self._leases is not None
-        return self.concurrency - (len(self._leases) - self._handing_over) - self._claiming
+        taken = len(self._leases) - self._handing_over
+        return self.concurrency + self.claim_ahead - taken - self._claiming
 
     async def _claim_loop(self) -> None:
         assert self._client is not None and self._slot_free is not None and self._loop is not None
@@ -455,11 +492,15 @@ class Worker:
             )
 
     def _start(self, job: dict[str, Any]) -> None:
+        """Holds a claimed job and runs it now, or once a handler slot frees (claimed ahead)."""
         assert self._leases is not None
         held = self._leases.hold(job)
         if self._stopping is not None and self._stopping.is_set():
             held.ctx.mark_stopping()
-        held.task = asyncio.create_task(self._supervise(held), name=f"jobq-job-{job['id']}")
+        if self._running < self.concurrency:
+            self._launch(held)
+        else:
+            self._ready.append(held)
         logger.debug(
             "worker %s: claimed job %s (%s, attempt %s)",
             self.worker_id,
@@ -467,6 +508,27 @@ class Worker:
             job.get("type"),
             job.get("attempt"),
         )
+
+    def _launch(self, held: HeldJob) -> None:
+        self._running += 1
+        held.task = asyncio.create_task(
+            self._supervise(held), name=f"jobq-job-{held.ref['job_id']}"
+        )
+
+    def _handler_ended(self) -> None:
+        """A handler slot is free: the oldest job claimed ahead takes it (none once stopping)."""
+        self._running -= 1
+        if self._leases is None or self._slot_free is None:
+            return  # the run is over
+        while self._ready and self._running < self.concurrency:
+            if self._stopping is not None and self._stopping.is_set():
+                return  # the drain hands them back
+            held = self._ready.popleft()
+            if held.lost:  # its lease went while it waited: never run, never settled
+                self._leases.drop(held)
+                self._slot_free.set()
+                continue
+            self._launch(held)
 
     # -- one job ---------------------------------------------------------------------------
 
@@ -477,9 +539,12 @@ class Worker:
         leases = self._leases
         job_id = held.ref["job_id"]
         ask: dict[str, Any] | None = None
+        running = True  # holds a handler slot
         try:
             handler = self._handlers.get(held.ctx.type)
             if handler is None:
+                running = False
+                self._handler_ended()
                 # In a rolling deploy new types reach old workers first: hand the job back for a
                 # worker that knows it instead of failing work nobody here could do.
                 logger.warning(
@@ -510,6 +575,9 @@ class Worker:
                 except asyncio.CancelledError:
                     task.cancel()
                     raise
+                # Before the settle's round trip: a job claimed ahead starts now.
+                running = False
+                self._handler_ended()
                 # A stop or a lost lease is a BaseException: not the handler failing.
                 if not task.cancelled() and isinstance(error := task.exception(), Exception):
                     tracing.record_failure(error)
@@ -523,6 +591,8 @@ class Worker:
         except Exception:
             logger.exception("worker %s: settling job %s failed", self.worker_id, job_id)
         finally:
+            if running:
+                self._handler_ended()
             if ask is not None:
                 self._handing_over -= 1
             leases.drop(held)

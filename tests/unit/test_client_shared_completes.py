@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import httpx
+import pytest
 
 from jobq_client import JobContext, Worker
 from jobq_client.worker import worker_pool
@@ -136,3 +137,72 @@ def test_a_worker_keeps_every_connection_of_its_pool_alive() -> None:
         pool = worker_pool(concurrency)
         assert pool.max_connections == pool.max_keepalive_connections
         assert pool.max_connections is not None and pool.max_connections <= 20
+
+
+async def test_a_job_claimed_ahead_starts_before_the_complete_before_it_is_answered() -> None:
+    service = ChainingService()
+    ids = [service.add(payload=n) for n in range(3)]
+    worker = make_worker(service, concurrency=1, claim_ahead=2)
+    service.gate = asyncio.Event()
+    started: list[int] = []
+    running = most = 0
+
+    @worker.handler("t")
+    async def handle(ctx: JobContext) -> Any:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        started.append(ctx.job_id)
+        await asyncio.sleep(0)  # let the others run, were any started too early
+        running -= 1
+        return ctx.payload
+
+    async with RunningWorker(worker) as running_worker:
+        # Every complete is held at the gate, yet each next job starts: it was claimed ahead.
+        await poll_until(lambda: started == ids)
+        assert service.items("/v1/complete")[0]["job_id"] == ids[0]
+        service.gate.set()
+        await poll_until(lambda: len(service.items("/v1/complete")) == 3)
+        await running_worker.stop(within=5)
+
+    assert most == 1  # never more handlers than the concurrency
+    [first_claim, *_] = service.bodies("/v1/claim")
+    assert first_claim["max_jobs"] == 3  # the running slot and two ahead
+    asked = [
+        b["claim_next"]["max_jobs"] for b in service.bodies("/v1/complete") if "claim_next" in b
+    ]
+    assert all(1 <= n <= 3 for n in asked)
+
+
+async def test_a_stop_hands_back_the_jobs_claimed_ahead_at_once() -> None:
+    service = ChainingService()
+    ids = [service.add(payload=n) for n in range(3)]
+    worker = make_worker(service, concurrency=1, claim_ahead=2, grace_seconds=5)
+    release = asyncio.Event()
+    ran: list[int] = []
+
+    @worker.handler("t")
+    async def handle(ctx: JobContext) -> Any:
+        ran.append(ctx.job_id)
+        await release.wait()
+        return ctx.payload
+
+    async with RunningWorker(worker) as running:
+        await poll_until(lambda: ran == ids[:1] and len(worker.running_job_ids) == 3)
+        worker.stop()
+        # Handed back while the running job is still within its grace period.
+        await poll_until(lambda: bool(service.bodies("/v1/release")))
+        assert not service.bodies("/v1/complete")
+        release.set()
+        await running.stop(within=5)
+
+    assert ran == ids[:1]
+    [handed_back] = service.bodies("/v1/release")
+    assert [item["job_id"] for item in handed_back["leases"]] == ids[1:]
+    assert [item["job_id"] for item in service.items("/v1/complete")] == ids[:1]
+
+
+def test_claim_ahead_must_be_one_a_claim_can_take() -> None:
+    for wrong in (-1, 101):
+        with pytest.raises(ValueError, match="claim_ahead"):
+            make_worker(ChainingService(), claim_ahead=wrong)
