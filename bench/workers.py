@@ -73,6 +73,12 @@ def parser() -> argparse.ArgumentParser:
         type=Path,
         help="also run the Worker of the jobq_client in this folder (e.g. `git archive` of a commit)",
     )
+    p.add_argument(
+        "--claim-ahead",
+        type=int,
+        default=0,
+        help="the Worker's claim_ahead (0); the --before Worker runs without",
+    )
     p.add_argument("--profile", type=Path, help="write each run's cProfile stats here (a folder)")
     return p
 
@@ -210,6 +216,8 @@ async def run(url: str, args: argparse.Namespace, concurrencies: list[int]) -> i
                                 "jobs": jobs,
                                 "server_pids": [served.pid],
                             }
+                            if mode == "worker" and args.claim_ahead:
+                                load_args["claim_ahead"] = args.claim_ahead
                             if mode == "before":
                                 load_args["client"] = str(args.before.resolve())
                             if args.profile:

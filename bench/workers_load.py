@@ -102,8 +102,15 @@ async def worker(args: dict[str, Any], meter: Meter, errors: Errors) -> list[int
     expected = int(args["jobs"])
     body_of = work(args["handler"])
     done: list[int] = []
+    options: dict[str, Any] = {}
+    if args.get("claim_ahead"):
+        options["claim_ahead"] = int(args["claim_ahead"])
     runner = Worker(
-        args["base"], queues=[args["queue"]], concurrency=int(args["concurrency"]), grace_seconds=30
+        args["base"],
+        queues=[args["queue"]],
+        concurrency=int(args["concurrency"]),
+        grace_seconds=30,
+        **options,
     )
 
     @runner.handler("bench")
