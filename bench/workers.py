@@ -1,7 +1,7 @@
 """``python -m bench.workers``: ``jobq_client.Worker`` against a bare httpx loop, same server, same run.
 
     python -m bench.workers                       # embedded PostgreSQL, 3 rounds
-    python -m bench.workers --smoke               # a short run (fewer jobs, one round)
+    python -m bench.workers --smoke               # a short run (300 jobs, one round)
     python -m bench.workers --dsn postgresql://postgres@127.0.0.1:5432/postgres --json w.json
 
 One real `jobq serve` (``bench/harness.py``) serves every run. For each concurrency N of
@@ -42,6 +42,8 @@ from bench.harness import ROOT, database, jobq_process, raw_dsn
 from bench.workers_load import HANDLERS, MODES
 
 CONCURRENCIES = (1, 16, 128)
+JOBS = 1000  # the backlog of issue 41's measurement
+SMOKE_JOBS = 300
 BATCH = 1000  # jobs per POST /v1/jobs/batch when pre-loading
 LOAD_LIMIT_SECONDS = 600.0
 
@@ -59,14 +61,16 @@ def parser() -> argparse.ArgumentParser:
         prog="python -m bench.workers", description=__doc__.split("\n")[0] if __doc__ else None
     )
     p.add_argument("--dsn", help="PostgreSQL server to use (a fresh database is made on it)")
-    p.add_argument("--jobs", type=int, default=2000, help="pre-loaded jobs per run (2000)")
+    p.add_argument(
+        "--jobs", type=int, help=f"pre-loaded jobs per run ({JOBS}; {SMOKE_JOBS} with --smoke)"
+    )
     p.add_argument("--rounds", type=int, default=3, help="rounds; medians are shown (3)")
     p.add_argument(
         "--concurrency",
         default=",".join(map(str, CONCURRENCIES)),
         help="comma-separated concurrencies (1,16,128)",
     )
-    p.add_argument("--smoke", action="store_true", help="a short run: 300 jobs, one round")
+    p.add_argument("--smoke", action="store_true", help="a short run: fewer jobs, one round")
     p.add_argument("--json", type=Path, help="also write every figure to this JSON file")
     p.add_argument(
         "--before",
@@ -183,7 +187,7 @@ def table(runs: list[dict[str, Any]], concurrencies: list[int]) -> str:
 
 async def run(url: str, args: argparse.Namespace, concurrencies: list[int]) -> int:
     """Starts the server, runs every round, prints and writes the figures."""
-    jobs = 300 if args.smoke else args.jobs
+    jobs = args.jobs or (SMOKE_JOBS if args.smoke else JOBS)
     rounds = 1 if args.smoke else args.rounds
     runs: list[dict[str, Any]] = []
     failures: list[str] = []
@@ -275,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         concurrencies = [int(part) for part in args.concurrency.split(",") if part.strip()]
     except ValueError:
         raise SystemExit(f"--concurrency: not a list of integers: {args.concurrency!r}") from None
-    if not concurrencies or min(concurrencies) < 1 or args.jobs < 1 or args.rounds < 1:
+    if not concurrencies or min(concurrencies) < 1 or (args.jobs or 1) < 1 or args.rounds < 1:
         raise SystemExit("--concurrency, --jobs and --rounds must be positive")
     started = time.monotonic()
     with database(args.dsn) as url:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import inspect
 import json
 import logging
@@ -616,7 +617,10 @@ class Worker:
         done = self._loop.create_future()
         self._to_complete.append((held, result, done))
         if self._flusher is None:
-            self._flusher = asyncio.create_task(self._flush_completes(), name="jobq-complete")
+            # A context of its own: the shared requests belong to no one job's trace.
+            self._flusher = asyncio.create_task(
+                self._flush_completes(), name="jobq-complete", context=contextvars.Context()
+            )
         await done
 
     async def _flush_completes(self) -> None:

@@ -6,15 +6,23 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from jobq_client import JobContext
+from jobq_client import JobContext, tracing
 from tests.api.client_helpers import running_service
 from tests.api.test_client_claim_next import finished
 from tests.polling import poll_until
 from tests.workers import RunningWorker
 
 QUEUE = "shared"
+
+
+@pytest.fixture(autouse=True)
+def without_opentelemetry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As in an application without OpenTelemetry: a traced job's complete goes alone (its own
+    ``traceparent``), and another test module may have set a global SDK for the session."""
+    monkeypatch.setattr(tracing, "trace", None)
 
 
 async def test_a_wide_worker_claiming_ahead_completes_jobs_in_shared_requests(

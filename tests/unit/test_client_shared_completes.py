@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from jobq_client import JobContext, Worker
+from jobq_client import JobContext, Worker, tracing
 from jobq_client.worker import worker_pool
 from tests.polling import poll_until
 from tests.unit.test_client_claim_next import ChainingService
@@ -19,6 +19,13 @@ from tests.unit.test_client_worker import make_worker
 from tests.workers import RunningWorker
 
 Json = dict[str, Any]
+
+
+@pytest.fixture(autouse=True)
+def without_opentelemetry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As in an application without OpenTelemetry: a traced job's complete goes alone (its own
+    ``traceparent``), and another test module may have set a global SDK for the session."""
+    monkeypatch.setattr(tracing, "trace", None)
 
 
 class RefusingShared(ChainingService):
