@@ -1,4 +1,4 @@
-"""``python -m bench.workers``: ``jobq_client.Worker`` against a bare httpx loop, same server, same run.
+"""``python -m bench.workers``: ``jobq_client.Worker`` against bare HTTP loops, same server, same run.
 
     python -m bench.workers                       # embedded PostgreSQL, 3 rounds
     python -m bench.workers --smoke               # a short run (300 jobs, one round)
@@ -7,10 +7,12 @@
 One real `jobq serve` (``bench/harness.py``) serves every run. For each concurrency N of
 ``--concurrency`` (1, 16, 128) and each handler (``noop``, ``sleep1ms``: ``asyncio.sleep(0.001)``)
 a queue is pre-loaded with ``--jobs`` jobs and drained by a separate load process
-(``python -m bench.workers_load``), either by a bare loop (N tasks of claim one, run, complete
-over one shared ``httpx.AsyncClient``) or by ``Worker(concurrency=N)``. Runs interleave over
-``--rounds`` rounds (the two alternate which goes first), so drift on a shared machine hits both
-alike; the table shows medians: jobs/s, Worker / bare, and CPU ms per job of the load process
+(``python -m bench.workers_load``): by a bare loop (N tasks of claim one, run, complete) over
+one shared ``httpx.AsyncClient`` ("bare") or over the bench's lean asyncio-streams client, a
+connection per task ("lean": what a hand-written aiohttp loop moves), or by
+``Worker(concurrency=N)``. Runs interleave over ``--rounds`` rounds (odd rounds run the modes in
+reverse order), so drift on a shared machine hits all alike; the table shows medians: jobs/s,
+Worker ÷ each bare loop, and CPU ms per job of the load process
 (its own ``time.process_time``) and of the server (``/proc``, ``bench/procstat.py``).
 
 Every run is verified in the database: each pre-loaded job succeeded, was claimed once
@@ -159,9 +161,9 @@ def table(runs: list[dict[str, Any]], concurrencies: list[int]) -> str:
     width = 9 * len(modes)
     heads = "".join(f"{mode:>9}" for mode in modes)
     lines = [
-        f"{'':15}{'jobs/s':^{width}}  Worker/  {'client CPU ms/job':^{width}}  "
+        f"{'':15}{'jobs/s':^{width}}  Worker ÷ bare   {'client CPU ms/job':^{width}}  "
         f"{'server CPU ms/job':^{width}}",
-        f"  N  handler    {heads}     bare  {heads}  {heads}",
+        f"  N  handler    {heads}    httpx    lean  {heads}  {heads}",
     ]
     for n in concurrencies:
         for handler in HANDLERS:
@@ -176,9 +178,12 @@ def table(runs: list[dict[str, Any]], concurrencies: list[int]) -> str:
             if not all(of.values()):
                 continue
 
-            ratio = median(of["worker"], "jobs_per_s") / median(of["bare"], "jobs_per_s")
+            worker = median(of["worker"], "jobs_per_s")
+            ratios = f"{worker / median(of['bare'], 'jobs_per_s'):7.2f} " + (
+                f"{worker / median(of['lean'], 'jobs_per_s'):7.2f}" if of.get("lean") else " " * 7
+            )
             lines.append(
-                f"{n:3d}  {handler:<9} {cells(of, 'jobs_per_s', '.0f')}  {ratio:7.2f}  "
+                f"{n:3d}  {handler:<9} {cells(of, 'jobs_per_s', '.0f')}  {ratios}  "
                 f"{cells(of, 'client_cpu_ms_per_job', '.3f')}  "
                 f"{cells(of, 'server_cpu_ms_per_job', '.3f')}"
             )
@@ -205,7 +210,7 @@ async def run(url: str, args: argparse.Namespace, concurrencies: list[int]) -> i
             for round_ in range(rounds):
                 for n in concurrencies:
                     for handler in HANDLERS:
-                        modes = MODES if args.before else MODES[:2]
+                        modes = tuple(m for m in MODES if m != "before" or args.before)
                         modes = modes if round_ % 2 == 0 else tuple(reversed(modes))
                         for mode in modes:
                             number += 1

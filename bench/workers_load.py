@@ -9,6 +9,9 @@ Two ways to drain, each ``concurrency`` wide, each running a handler that does n
   the handler and completes the job (two requests a job), through one shared
   ``httpx.AsyncClient`` whose pool holds a connection per task. A task stops at its first empty
   claim.
+- ``lean``: the same loop over the bench's lean HTTP/1.1 client (``bench/http.py``: raw asyncio
+  streams, a connection per task), the stand-in for a hand-written aiohttp loop: what a bare
+  loop moves when its HTTP client costs next to nothing.
 - ``worker``: ``jobq_client.Worker(concurrency=N)`` with the handler registered; the handler
   that runs the last pre-loaded job asks the worker to stop, and the run ends when ``run()``
   returns (every job settled).
@@ -31,10 +34,11 @@ from typing import Any
 import httpx
 
 from bench.common import LEASE_SECONDS, Errors, Meter
+from bench.http import Connection, HttpError
 
 HANDLERS = ("noop", "sleep1ms")
 # "before": the Worker of another jobq_client (``client`` names its folder), run as "worker" is.
-MODES = ("bare", "worker", "before")
+MODES = ("bare", "lean", "worker", "before")
 
 
 def work(handler: str) -> Callable[[], Awaitable[None]]:
@@ -92,6 +96,54 @@ async def bare(args: dict[str, Any], meter: Meter, errors: Errors) -> list[int]:
     return done
 
 
+async def lean(args: dict[str, Any], meter: Meter, errors: Errors) -> list[int]:
+    """``concurrency`` tasks of claim one, run, complete, each on a lean connection of its own."""
+    base, queue, n = args["base"], args["queue"], int(args["concurrency"])
+    body_of = work(args["handler"])
+    done: list[int] = []
+    connections = [Connection(base, timeout=30.0) for _ in range(n)]
+    try:
+        await asyncio.gather(*(conn.get("/healthz") for conn in connections))
+
+        async def loop(index: int, conn: Connection) -> None:
+            worker_id = f"bench-lean-{index}"
+            claim = {
+                "worker_id": worker_id,
+                "queues": [queue],
+                "max_jobs": 1,
+                "lease_seconds": LEASE_SECONDS,
+                "wait_seconds": 0,
+            }
+            while True:
+                try:
+                    answer = await conn.post("/v1/claim", claim)
+                    if answer.status != 200:
+                        errors.add(f"claim: HTTP {answer.status}: {answer.body[:300]!r}")
+                        return
+                    jobs = answer.json()["jobs"]
+                    if not jobs:
+                        return
+                    [job] = jobs
+                    await body_of()
+                    done.append(job["id"])
+                    lease = {"job_id": job["id"], "lease_id": job["lease_id"]}
+                    answer = await conn.post(
+                        "/v1/complete", {"worker_id": worker_id, "leases": [lease]}
+                    )
+                except HttpError as exc:
+                    errors.add(f"lean loop: {exc}")
+                    return
+                if answer.status != 200 or not answer.json()["results"][0]["ok"]:
+                    errors.add(f"complete: HTTP {answer.status}: {answer.body[:300]!r}")
+
+        meter.start()
+        await asyncio.gather(*(loop(i, conn) for i, conn in enumerate(connections)))
+        meter.stop()
+    finally:
+        await asyncio.gather(*(conn.close() for conn in connections))
+    return done
+
+
 async def worker(args: dict[str, Any], meter: Meter, errors: Errors) -> list[int]:
     """``jobq_client.Worker(concurrency=N)`` until every pre-loaded job ran, then its stop."""
     if args.get("client"):
@@ -131,6 +183,7 @@ async def run(args: dict[str, Any]) -> dict[str, Any]:
     meter, errors = Meter(args.get("server_pids", [])), Errors()
     mode: Callable[[dict[str, Any], Meter, Errors], Awaitable[list[int]]] = {
         "bare": bare,
+        "lean": lean,
         "worker": worker,
         "before": worker,
     }[args["mode"]]
