@@ -50,7 +50,7 @@ def test_bench_workers_smoke_runs_and_verifies(pg_server_url: str, tmp_path: Pat
         timeout=TIMEOUT_SECONDS,
     )
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
-    assert "verification: passed (12 runs" in completed.stdout, completed.stdout
+    assert "verification: passed (16 runs" in completed.stdout, completed.stdout
     figures = json.loads(figures_path.read_text())
     assert figures["failures"] == []
     runs = figures["runs"]
@@ -58,6 +58,6 @@ def test_bench_workers_smoke_runs_and_verifies(pg_server_url: str, tmp_path: Pat
         (n, handler, mode)
         for n in (1, 16)
         for handler in ("noop", "sleep1ms")
-        for mode in ("bare", "worker", "before")
+        for mode in ("bare", "lean", "worker", "before")
     }
     assert all(r["jobs_per_s"] > 0 and r["client_cpu_ms_per_job"] > 0 for r in runs)
