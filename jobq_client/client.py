@@ -31,6 +31,7 @@ from jobq_client.retry import Backoff, describe, is_dropped, is_transient
 logger = logging.getLogger("jobq_client")
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
+DEFAULT_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20)  # httpx's
 USER_AGENT = "jobq-client/0.1"
 # The longest wait_seconds one GET /v1/jobs/{id} may ask for (the service's default limit,
 # JOBQ_LONGPOLL_MAX_WAIT_SECONDS); a longer wait is several of them.
@@ -111,6 +112,7 @@ class Client:
         timeout: float = 30.0,
         transport: httpx.AsyncBaseTransport | None = None,
         api_key: str | None = None,
+        limits: httpx.Limits | None = None,
     ) -> None:
         self.base_url = base_url
         self.timeout = timeout
@@ -119,7 +121,12 @@ class Client:
             # Sent on every request; the service answers 401 without it once keys exist.
             headers["authorization"] = f"Bearer {api_key}"
         self._http = httpx.AsyncClient(
-            base_url=base_url, timeout=timeout, transport=transport, headers=headers
+            base_url=base_url,
+            timeout=timeout,
+            transport=transport,
+            headers=headers,
+            # httpx's own pool unless told (a Worker sizes its pool: see worker.py).
+            limits=limits if limits is not None else DEFAULT_LIMITS,
         )
 
     async def __aenter__(self) -> Self:

@@ -13,6 +13,7 @@
   The worker may have the call claim its next jobs too (``claim_next``): only the first try
   carries it (a repeat could lease jobs a second time whose first answer was lost), and an
   error answer to it is sent again without it, so the job is settled whatever the claim met.
+  :meth:`LeaseKeeper.complete_many` completes several jobs in one request the same way.
 
 The worker owns the claim loop and the run / stop / drain lifecycle; it calls :meth:`hold` for
 each claimed job, runs the handler, then calls :meth:`settle` and :meth:`drop`.
@@ -24,7 +25,7 @@ import asyncio
 import json
 import logging
 import traceback
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from jobq_client.client import Client
@@ -308,6 +309,57 @@ class LeaseKeeper:
         """
         return await self._send(held, "release", claim_next, delay_seconds=delay_seconds)
 
+    async def complete_many(
+        self,
+        done: Sequence[tuple[HeldJob, Any]],
+        *,
+        claim_next: Mapping[str, Any] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Completes several jobs, each with its handler's JSON result, in one request.
+
+        Retried as :meth:`settle` retries one job's (``claim_next`` only on the first try). When
+        the service refuses the request for good (one result too large, say), each job is
+        completed on its own instead, so only the job the service refuses is failed. Answers the
+        jobs ``claim_next`` claimed.
+        """
+        loop = asyncio.get_running_loop()
+        items = [{**held.ref, "result": result} for held, result in done]
+        deadline = loop.time() + SETTLE_RETRY_SECONDS
+        backoff = Backoff()
+        while True:
+            ask, claim_next = claim_next, None
+            try:
+                results = await self._client.complete(self.worker_id, items, claim_next=ask)
+                break
+            except Exception as exc:
+                if ask is not None and isinstance(exc, JobqError) and not exc.transient:
+                    self._claim_next_refused(exc)
+                    continue
+                if is_transient(exc) and loop.time() < deadline:
+                    logger.warning(
+                        "worker %s: complete of %d jobs failed (%s); retrying",
+                        self.worker_id,
+                        len(items),
+                        describe(exc),
+                    )
+                    await asyncio.sleep(backoff.next())
+                    continue
+                if isinstance(exc, JobqError) and not exc.transient and len(done) > 1:
+                    for held, result in done:
+                        await self._complete(held, result, None)
+                    return []
+                raise
+        for (held, _), result in zip(done, results, strict=True):
+            self._settled(held, "complete", result)
+        if results.claim_error is not None:
+            logger.warning(
+                "worker %s: the claim after completing %d jobs failed: %s",
+                self.worker_id,
+                len(items),
+                results.claim_error,
+            )
+        return list(results.claimed or [])
+
     async def _complete(
         self, held: HeldJob, result: Any, claim_next: Mapping[str, Any] | None
     ) -> list[dict[str, Any]]:
@@ -367,24 +419,7 @@ class LeaseKeeper:
                     item = {**held.ref, "error": f"complete refused: {exc}", "retryable": False}
                     continue
                 raise
-        if result.get("ok"):
-            logger.debug(
-                "worker %s: job %s %s -> %s",
-                self.worker_id,
-                held.ref["job_id"],
-                operation,
-                result.get("status"),
-            )
-        else:
-            if result.get("cancelled"):
-                held.ctx.mark_cancelled()
-            logger.warning(
-                "worker %s: %s of job %s refused: %s",
-                self.worker_id,
-                operation,
-                held.ref["job_id"],
-                _loss_reason(result),
-            )
+        self._settled(held, operation, result)
         if results.claim_error is not None:
             logger.warning(
                 "worker %s: the claim after %s of job %s failed: %s",
@@ -394,6 +429,27 @@ class LeaseKeeper:
                 results.claim_error,
             )
         return list(results.claimed or [])
+
+    def _settled(self, held: HeldJob, operation: str, result: Mapping[str, Any]) -> None:
+        """Logs the service's verdict on one settled job (a refusal says why)."""
+        if result.get("ok"):
+            logger.debug(
+                "worker %s: job %s %s -> %s",
+                self.worker_id,
+                held.ref["job_id"],
+                operation,
+                result.get("status"),
+            )
+            return
+        if result.get("cancelled"):
+            held.ctx.mark_cancelled()
+        logger.warning(
+            "worker %s: %s of job %s refused: %s",
+            self.worker_id,
+            operation,
+            held.ref["job_id"],
+            _loss_reason(result),
+        )
 
     def _claim_next_refused(self, error: JobqError) -> None:
         """A settle carrying ``claim_next`` was refused: it goes again without. A service that

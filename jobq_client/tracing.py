@@ -22,8 +22,13 @@ except ImportError:  # tracing is the application's choice, not a dependency of 
 
 def inject(headers: MutableMapping[str, str]) -> None:
     """Adds the current trace context (``traceparent``, ``tracestate``) to a request's headers."""
-    if trace is not None and trace.get_current_span().get_span_context().is_valid:
+    if active():
         propagate.inject(headers)
+
+
+def active() -> bool:
+    """Whether a valid trace context is current (a request would carry a ``traceparent``)."""
+    return trace is not None and trace.get_current_span().get_span_context().is_valid
 
 
 @contextlib.contextmanager

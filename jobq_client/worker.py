@@ -13,7 +13,11 @@ while :meth:`Worker.run` runs, all owned and awaited by it:
   worker has no handler for is released for ``unknown_type_delay_seconds``, never failed.
   Unless stopping, that same request claims the worker's next jobs (``claim_next``, without
   waiting) for the slot it frees and any other free one, so a busy worker makes one request per
-  job; the claim loop long-polls only for slots nobody is claiming for already.
+  job; the claim loop long-polls only for slots nobody is claiming for already;
+- completes are shared: one request at a time carries every job whose handler returned since
+  the last one went out (a task lives while there are any), and claims for all the slots they
+  free, so a wide worker makes one request per batch, not per job. Fails, releases and the
+  completes of traced jobs (a request carries one ``traceparent``) go one job per request.
 
 Stopping (``stop()``, SIGTERM or SIGINT): claiming stops at once, every running ``JobContext``
 says ``stopping``, and a handler's next ``save_checkpoint`` saves and then raises
@@ -25,8 +29,11 @@ released keeping the last saved checkpoint. A second stop request ends the grace
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import contextvars
 import inspect
+import json
 import logging
 import os
 import secrets
@@ -42,10 +49,10 @@ from jobq_client import tracing
 from jobq_client.client import DEFAULT_BASE_URL, Client
 from jobq_client.context import JobContext
 from jobq_client.errors import JobqError
-from jobq_client.leases import HeldJob, LeaseKeeper
+from jobq_client.leases import MAX_LEASES_PER_CALL, HeldJob, LeaseKeeper
 from jobq_client.retry import Backoff, describe, is_transient
 
-__all__ = ["Handler", "JobContext", "Worker", "default_worker_id"]
+__all__ = ["Handler", "JobContext", "Worker", "default_worker_id", "worker_pool"]
 
 logger = logging.getLogger("jobq_client.worker")
 
@@ -59,6 +66,19 @@ MAX_RELEASE_DELAY_SECONDS = 30 * 24 * 3600  # the service's limit of a release's
 # How long a job of a type this worker has no handler for goes back to the queue: long enough
 # not to bounce between old workers in a rolling deploy, short enough that a new one soon runs it.
 UNKNOWN_TYPE_DELAY_SECONDS = 60.0
+
+
+def worker_pool(concurrency: int) -> httpx.Limits:
+    """The connection pool a worker's client keeps.
+
+    A few requests are in flight at once whatever the concurrency: the claim's long-poll, a
+    heartbeat, one shared complete, and checkpoints, fails and releases of single jobs. Every
+    connection stays alive: httpcore closes idle connections whenever the pool holds more than
+    ``max_keepalive_connections``, so a pool allowed more connections than it keeps alive opened
+    a connection for nearly every request, and it scans the whole pool for each request.
+    """
+    size = min(concurrency, 16) + 4
+    return httpx.Limits(max_connections=size, max_keepalive_connections=size)
 
 
 def default_worker_id() -> str:
@@ -84,6 +104,7 @@ class Worker:
         api_key: str | None = None,
         unknown_type_delay_seconds: float = UNKNOWN_TYPE_DELAY_SECONDS,
         claim_next: bool = True,
+        claim_ahead: int = 0,
     ) -> None:
         queues = ["default"] if queues is None else list(queues)
         if not queues:
@@ -100,6 +121,8 @@ class Worker:
             raise ValueError(
                 f"unknown_type_delay_seconds must be within 0..{MAX_RELEASE_DELAY_SECONDS}"
             )
+        if not 0 <= claim_ahead <= MAX_CLAIM_JOBS:
+            raise ValueError(f"claim_ahead must be within 0..{MAX_CLAIM_JOBS}")
         if heartbeat_interval is None:
             heartbeat_interval = lease_seconds / 3
         if not 0 < heartbeat_interval <= lease_seconds / 3:
@@ -119,6 +142,9 @@ class Worker:
         self.unknown_type_delay_seconds = unknown_type_delay_seconds
         # Settling a job claims the next ones in the same request (False: the claim loop only).
         self.claim_next = claim_next
+        # Jobs held beyond the running ones, each started the moment a handler returns, so no
+        # slot waits for a round trip; held longer, they wait for a slot instead of another worker.
+        self.claim_ahead = claim_ahead
         self.transport = transport
         # A request that takes longer than the lease is of no use to a worker.
         self.request_timeout = max(2.0, min(30.0, float(lease_seconds)))
@@ -135,6 +161,12 @@ class Worker:
         self._claiming = 0
         # Held jobs whose settle call claims for their slot (so counted in _claiming instead).
         self._handing_over = 0
+        # Handlers that returned, waiting for the next shared complete request, and its sender.
+        self._to_complete: list[tuple[HeldJob, Any, asyncio.Future[None]]] = []
+        self._flusher: asyncio.Task[None] | None = None
+        # Claimed ahead, held (heartbeated) and waiting for a handler slot, oldest first.
+        self._ready: collections.deque[HeldJob] = collections.deque()
+        self._running = 0  # handlers running: never more than concurrency
 
     # -- configuration ---------------------------------------------------------------------
 
@@ -186,12 +218,16 @@ class Worker:
         self._grace_over = asyncio.Event()
         self._slot_free = asyncio.Event()
         self._claiming = self._handing_over = 0
+        self._to_complete = []
+        self._ready.clear()
+        self._running = 0
         signals = self._install_signal_handlers(loop) if install_signal_handlers else []
         client = Client(
             self.base_url,
             timeout=self.request_timeout,
             transport=self.transport,
             api_key=self.api_key,
+            limits=worker_pool(self.concurrency),
         )
         self._client = client
         self._leases = LeaseKeeper(
@@ -309,6 +345,7 @@ class Worker:
         """Waits up to ``grace`` seconds for running jobs, then cancels the rest and awaits them."""
         assert self._loop is not None and self._grace_over is not None
         deadline = self._loop.time() + grace
+        await self._hand_back_ready()
         while self._held_jobs() and not self._grace_over.is_set():
             remaining = deadline - self._loop.time()
             if remaining <= 0:
@@ -325,6 +362,7 @@ class Worker:
                 grace_over.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await grace_over
+        await self._hand_back_ready()
         left = self._held_jobs()
         if left:
             logger.warning(
@@ -339,12 +377,35 @@ class Worker:
         if supervisors:
             await asyncio.wait(supervisors)
 
+    async def _hand_back_ready(self) -> None:
+        """Releases the jobs claimed ahead that no handler started (stopping: none will)."""
+        assert self._leases is not None and self._client is not None
+        waiting, leases = list(self._ready), self._leases
+        self._ready.clear()
+        held = [h for h in waiting if not h.lost]
+        try:
+            if held:
+                await self._client.release(self.worker_id, [h.ref for h in held])
+        except (JobqError, httpx.TransportError) as exc:
+            logger.warning(
+                "worker %s: handing back %d jobs claimed ahead failed (%s); "
+                "they return when their leases expire",
+                self.worker_id,
+                len(held),
+                describe(exc),
+            )
+        finally:
+            for h in waiting:
+                leases.drop(h)
+
     # -- claiming --------------------------------------------------------------------------
 
     def _free(self) -> int:
-        """Slots neither taken by a held job nor asked for by a claim in flight."""
+        """Slots (running and claimed ahead) neither taken by a held job nor asked for by a claim
+        in flight."""
         assert self._leases is not None
-        return self.concurrency - (len(self._leases) - self._handing_over) - self._claiming
+        taken = len(self._leases) - self._handing_over
+        return self.concurrency + self.claim_ahead - taken - self._claiming
 
     async def _claim_loop(self) -> None:
         assert self._client is not None and self._slot_free is not None and self._loop is not None
@@ -432,11 +493,15 @@ class Worker:
             )
 
     def _start(self, job: dict[str, Any]) -> None:
+        """Holds a claimed job and runs it now, or once a handler slot frees (claimed ahead)."""
         assert self._leases is not None
         held = self._leases.hold(job)
         if self._stopping is not None and self._stopping.is_set():
             held.ctx.mark_stopping()
-        held.task = asyncio.create_task(self._supervise(held), name=f"jobq-job-{job['id']}")
+        if self._running < self.concurrency:
+            self._launch(held)
+        else:
+            self._ready.append(held)
         logger.debug(
             "worker %s: claimed job %s (%s, attempt %s)",
             self.worker_id,
@@ -444,6 +509,27 @@ class Worker:
             job.get("type"),
             job.get("attempt"),
         )
+
+    def _launch(self, held: HeldJob) -> None:
+        self._running += 1
+        held.task = asyncio.create_task(
+            self._supervise(held), name=f"jobq-job-{held.ref['job_id']}"
+        )
+
+    def _handler_ended(self) -> None:
+        """A handler slot is free: the oldest job claimed ahead takes it (none once stopping)."""
+        self._running -= 1
+        if self._leases is None or self._slot_free is None:
+            return  # the run is over
+        while self._ready and self._running < self.concurrency:
+            if self._stopping is not None and self._stopping.is_set():
+                return  # the drain hands them back
+            held = self._ready.popleft()
+            if held.lost:  # its lease went while it waited: never run, never settled
+                self._leases.drop(held)
+                self._slot_free.set()
+                continue
+            self._launch(held)
 
     # -- one job ---------------------------------------------------------------------------
 
@@ -454,9 +540,12 @@ class Worker:
         leases = self._leases
         job_id = held.ref["job_id"]
         ask: dict[str, Any] | None = None
+        running = True  # holds a handler slot
         try:
             handler = self._handlers.get(held.ctx.type)
             if handler is None:
+                running = False
+                self._handler_ended()
                 # In a rolling deploy new types reach old workers first: hand the job back for a
                 # worker that knows it instead of failing work nobody here could do.
                 logger.warning(
@@ -487,19 +576,112 @@ class Worker:
                 except asyncio.CancelledError:
                     task.cancel()
                     raise
+                # Before the settle's round trip: a job claimed ahead starts now.
+                running = False
+                self._handler_ended()
                 # A stop or a lost lease is a BaseException: not the handler failing.
                 if not task.cancelled() and isinstance(error := task.exception(), Exception):
                     tracing.record_failure(error)
+                if self._batchable(held, task):
+                    # Settled with whatever other jobs finished meanwhile, in one request.
+                    await self._complete_batched(held, task.result())
+                    return
                 ask = self._claim_next()
                 claimed = await self._settled(ask, leases.settle(held, task, claim_next=ask))
             await self._take(claimed)
         except Exception:
             logger.exception("worker %s: settling job %s failed", self.worker_id, job_id)
         finally:
+            if running:
+                self._handler_ended()
             if ask is not None:
                 self._handing_over -= 1
             leases.drop(held)
             self._slot_free.set()
+
+    def _batchable(self, held: HeldJob, task: asyncio.Task[Any]) -> bool:
+        """Whether the job may be completed in a request shared with other jobs: its handler
+        returned a JSON result, its lease is held, and no trace needs its own request (a
+        request carries one ``traceparent``: a traced job's complete stays a child of its span)."""
+        if held.lost or task.cancelled() or task.exception() is not None or tracing.active():
+            return False
+        try:
+            json.dumps(task.result(), allow_nan=False)
+        except (TypeError, ValueError):
+            return False  # the lease keeper fails it, saying why
+        return True
+
+    async def _complete_batched(self, held: HeldJob, result: Any) -> None:
+        """Queues the job's complete and waits until a request carried it (or gave up on it)."""
+        assert self._loop is not None
+        done = self._loop.create_future()
+        self._to_complete.append((held, result, done))
+        if self._flusher is None:
+            # A context of its own: the shared requests belong to no one job's trace.
+            self._flusher = asyncio.create_task(
+                self._flush_completes(), name="jobq-complete", context=contextvars.Context()
+            )
+        await done
+
+    async def _flush_completes(self) -> None:
+        """Sends the queued completes, one request at a time, each carrying every job that
+        finished while the one before was in flight; the request claims for the slots it frees
+        and any other free one. One at a time: while one is out, the next batch grows, so a busy
+        worker makes few requests however wide it is."""
+        assert self._leases is not None
+        leases = self._leases
+        try:
+            while self._to_complete:
+                batch = self._to_complete[:MAX_LEASES_PER_CALL]
+                del self._to_complete[:MAX_LEASES_PER_CALL]
+                self._handing_over += len(batch)
+                ask = self._claim_next_for_batch()
+                try:
+                    claimed = await leases.complete_many(
+                        [(held, result) for held, result, _ in batch], claim_next=ask
+                    )
+                except Exception as exc:  # noqa: BLE001 - each supervisor logs it
+                    for _, _, done in batch:
+                        if not done.done():
+                            done.set_exception(exc)
+                    claimed = []
+                except BaseException:
+                    for _, _, done in batch:
+                        done.cancel()
+                    raise
+                finally:
+                    if ask is not None:
+                        self._claiming -= ask["max_jobs"]
+                    self._handing_over -= len(batch)
+                    for held, _, _ in batch:
+                        leases.drop(held)
+                try:
+                    # Started before the supervisors wake, so their slots are taken at once.
+                    await self._take(claimed)
+                finally:
+                    for _, _, done in batch:
+                        if not done.done():
+                            done.set_result(None)
+        finally:
+            self._flusher = None
+            if self._to_complete:  # cancelled itself: nobody is left to send these
+                for _, _, done in self._to_complete:
+                    done.cancel()
+                self._to_complete.clear()
+
+    def _claim_next_for_batch(self) -> dict[str, Any] | None:
+        """The claim a shared complete makes for the free slots (its own jobs' among them, as they
+        count in ``_handing_over``), reserved until it is answered; ``None`` while stopping."""
+        stopping, leases = self._stopping, self._leases
+        if not self.claim_next or stopping is None or stopping.is_set() or leases is None:
+            return None
+        if leases.claim_next_refused:
+            return None
+        free = min(self._free(), MAX_CLAIM_JOBS)
+        if free <= 0:
+            return None
+        self._claiming += free
+        return {"queues": self.queues, "max_jobs": free, "lease_seconds": self.lease_seconds}
 
     async def _settled(
         self, ask: dict[str, Any] | None, settling: Awaitable[list[dict[str, Any]]]

@@ -1,0 +1,63 @@
+"""``python -m bench.workers --smoke`` runs end to end on the test session's PostgreSQL and
+verifies itself: every run of the bare loop, the Worker and an earlier Worker (``--before``, here
+this checkout's own) drained its queue, each job ran exactly once. Speed is never asserted."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT_SECONDS = 300  # a hang fails here instead of stalling the suite
+
+
+@pytest.mark.acceptance
+def test_bench_workers_smoke_runs_and_verifies(pg_server_url: str, tmp_path: Path) -> None:
+    figures_path = tmp_path / "workers.json"
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("JOBQ_") and key != "DATABASE_URL"
+    }
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.workers",
+            "--smoke",
+            "--jobs",
+            "60",
+            "--concurrency",
+            "1,16",
+            "--before",
+            str(REPO_ROOT),
+            "--claim-ahead",
+            "4",
+            "--dsn",
+            pg_server_url,
+            "--json",
+            str(figures_path),
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_SECONDS,
+    )
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    assert "verification: passed (16 runs" in completed.stdout, completed.stdout
+    figures = json.loads(figures_path.read_text())
+    assert figures["failures"] == []
+    runs = figures["runs"]
+    assert {(r["concurrency"], r["handler"], r["mode"]) for r in runs} == {
+        (n, handler, mode)
+        for n in (1, 16)
+        for handler in ("noop", "sleep1ms")
+        for mode in ("bare", "lean", "worker", "before")
+    }
+    assert all(r["jobs_per_s"] > 0 and r["client_cpu_ms_per_job"] > 0 for r in runs)
