@@ -18,8 +18,9 @@ from app.queue.services import Services
 # Every two seconds: at 10,000 moving statements a second a slot holds some 40,000 rows when it
 # is folded, which the per-queue reads (GET /v1/queues, the gauges) still sum in milliseconds.
 COUNTER_FOLD_INTERVAL_DEFAULT = 2.0
-# How long a fold waits for the transactions that appended to the old slot before the turn;
-# appenders that come after the fold took its lock wait as long, so it stays short.
+# How long a fold waits for the transactions that appended to the old slot before the turn:
+# readers of the whole journal (and late appenders to that slot) queue behind the waiting lock,
+# so it stays short; a fold that gives up is retried on the next pass.
 COUNTER_FOLD_LOCK_TIMEOUT_MS_DEFAULT = 200
 
 
