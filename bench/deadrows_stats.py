@@ -224,7 +224,7 @@ def family_of(name: str) -> str:
         return "complete"
     if name.startswith(("job_enqueue", "enqueue_", "job_get_by_idempotency")):
         return "enqueue"
-    maintenance = ("job_reap", "job_promote", "job_prune", "set_aside", "queue_counts_fold",
+    maintenance = ("job_reap", "job_promote", "job_prune", "set_aside", "queue_counts_fold", "counter_journal",
                    "queue_throughput", "worker_", "jobs_analyze", "maintenance_", "health_",
                    "wakeup_", "schedule", "webhook", "audit", "key")  # fmt: skip
     if name.startswith(maintenance):
@@ -265,7 +265,10 @@ def statement_rows(
         else:
             function = function_of(query, functions) or "?"
             label = f"{function}: {shape(query)[:50]}"
-            kind = "counters trigger" if "count" in function else "trigger"
+            if function == "jobq_counters_fold":
+                kind = "counters fold"
+            else:
+                kind = "counters trigger" if "count" in function else "trigger"
         labelled.append(
             {
                 "toplevel": bool(row["toplevel"]),

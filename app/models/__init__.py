@@ -278,9 +278,12 @@ workers = Table(
     Index("ix_workers_last_seen_at", "last_seen_at"),
 )
 
-# Per-queue job counts per state, kept exact by triggers on jobs: an append-only journal of signed
-# moves (migration 0022), so concurrent statements never wait on one row; sum the rows to read.
-# app/maintenance/counters.py folds them into their sums every couple of seconds.
+# Per-queue job counts per state, kept exact by triggers on jobs: a journal of signed moves
+# (migration 0022), so concurrent statements never wait on one row; sum the rows to read.
+# Partitioned by slot (migration 0028): slot 0 holds the folded sums, unique per (queue, status);
+# the triggers append to slot 1 or 2, whichever counter_journal_slot names, and
+# app/maintenance/counters.py folds the other into slot 0 and empties it with TRUNCATE. The
+# partitions, their unique constraints and index live in the migration only.
 queue_counts = Table(
     "queue_counts",
     metadata,
@@ -289,10 +292,13 @@ queue_counts = Table(
     # Always 0 since migration 0022; kept for the previous release's statements.
     Column("shard", SmallInteger, nullable=False, server_default=text("0")),
     Column("jobs", BigInteger, nullable=False),
+    # 0 by default: the previous release's fold inserts its sums naming no slot.
+    Column("slot", SmallInteger, nullable=False, server_default=text("0")),
+    postgresql_partition_by="LIST (slot)",
 )
 
 # Per-queue outcomes (succeeded, failed, dead, cancelled) per minute, kept by the same triggers
-# as the same kind of journal: sum the rows of a (queue, minute, outcome).
+# as the same kind of journal, in the same slots: sum the rows of a (queue, minute, outcome).
 queue_throughput = Table(
     "queue_throughput",
     metadata,
@@ -301,7 +307,19 @@ queue_throughput = Table(
     Column("outcome", Text, nullable=False),
     Column("shard", SmallInteger, nullable=False, server_default=text("0")),
     Column("jobs", BigInteger, nullable=False),
-    Index("ix_queue_throughput_minute", "minute"),
+    Column("slot", SmallInteger, nullable=False, server_default=text("0")),
+    postgresql_partition_by="LIST (slot)",
+)
+
+# The journal slot (1 or 2) the counter triggers append to now: one row, turned over by each fold.
+counter_journal_slot = Table(
+    "counter_journal_slot",
+    metadata,
+    Column("id", SmallInteger, nullable=False, server_default=text("1")),
+    Column("slot", SmallInteger, nullable=False, server_default=text("1")),
+    PrimaryKeyConstraint("id"),
+    CheckConstraint("id = 1", name="one"),
+    CheckConstraint("slot IN (1, 2)", name="slot"),
 )
 
 # API keys (migration 0007): the SHA-256 of each secret, never the secret; revoked, not deleted.

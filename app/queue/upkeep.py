@@ -238,16 +238,21 @@ class UpkeepService:
                 )
         return pruned
 
-    async def fold_counters(self, *, batch_size: int) -> int:
-        """Folds at most ``batch_size`` rows of each counter journal (queue counts, per-minute
-        outcomes) into their sums; answers the larger number folded."""
+    async def fold_counters(self, *, lock_timeout_ms: int) -> int | None:
+        """Turns the counter journals over to their other slot, then folds the slot left behind
+        into the sums and truncates it; answers the rows folded, or None when transactions still
+        appending to that slot held it past ``lock_timeout_ms`` (the next pass tries again)."""
+        # Two units: the turn must be committed before the fold locks the old slot, or every
+        # new appender would still pick that slot and queue behind the lock.
         async for attempt in self.unit.ops():
             async with attempt as conn:
-                counts = await self.stores.queues.queue_counts_fold(conn, batch_size=batch_size)
-                outcomes = await self.stores.queues.queue_throughput_fold(
-                    conn, batch_size=batch_size
+                await self.stores.queues.counter_journal_turn(conn)
+        async for attempt in self.unit.ops():
+            async with attempt as conn:
+                folded = await self.stores.queues.counter_journal_fold(
+                    conn, lock_timeout_ms=lock_timeout_ms
                 )
-        return max(counts, outcomes)
+        return folded
 
     async def refresh_statistics(self) -> bool:
         """ANALYZEs ``jobs`` when autovacuum will not and enough of it changed; answers whether

@@ -97,15 +97,17 @@ class QueueStore:
         )
         return [QueueWindowStats.from_row(row) for row in rows]
 
-    async def queue_counts_fold(self, conn: Conn, *, batch_size: int) -> int:
-        """Folds at most ``batch_size`` counter rows into one per (queue, state); answers how many."""
-        rows = await conn.fetch("queue_counts_fold", {"batch_size": batch_size})
-        return int(rows[0]["folded"])
+    async def counter_journal_turn(self, conn: Conn) -> int:
+        """Turns the counter triggers over to the other journal slot; answers the one now current."""
+        rows = await conn.fetch("counter_journal_turn", {})
+        return int(rows[0]["slot"])
 
-    async def queue_throughput_fold(self, conn: Conn, *, batch_size: int) -> int:
-        """Folds at most ``batch_size`` outcome rows into one per (queue, minute, outcome)."""
-        rows = await conn.fetch("queue_throughput_fold", {"batch_size": batch_size})
-        return int(rows[0]["folded"])
+    async def counter_journal_fold(self, conn: Conn, *, lock_timeout_ms: int) -> int | None:
+        """Folds the journal slot not current into the sums and truncates it; answers the rows
+        folded, or None when its appenders did not finish within ``lock_timeout_ms``."""
+        rows = await conn.fetch("counter_journal_fold", {"lock_timeout_ms": lock_timeout_ms})
+        folded = rows[0]["folded"]
+        return None if folded is None else int(folded)
 
     async def queue_throughput_prune(
         self,
@@ -115,7 +117,7 @@ class QueueStore:
         batch_size: int,
         now: datetime | None = None,
     ) -> int:
-        """Deletes at most ``batch_size`` per-minute outcome rows older than ``keep_seconds``."""
+        """Deletes at most ``batch_size`` per-minute outcome sums older than ``keep_seconds``."""
         rows = await conn.fetch(
             "queue_throughput_prune",
             {"keep_seconds": keep_seconds, "batch_size": batch_size, "now": now},

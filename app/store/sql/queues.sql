@@ -180,49 +180,35 @@ LEFT JOIN counts c ON c.queue = n.name
 ORDER BY n.name;
 
 -- name: queue_throughput
--- Outcomes (succeeded, failed, dead, cancelled) per queue and minute over the last :minutes minutes, the current one included, summed over the counter shards.
+-- Outcomes (succeeded, failed, dead, cancelled) per queue and minute over the last :minutes minutes, the current one included, summed over the sums and the journal slots.
 SELECT t.queue, t.minute, t.outcome, sum(t.jobs)::bigint AS jobs
 FROM queue_throughput t
 WHERE t.minute > date_trunc('minute', now()) - make_interval(mins => CAST(:minutes AS int))
 GROUP BY t.queue, t.minute, t.outcome
 ORDER BY t.queue, t.minute, t.outcome;
 
--- name: queue_counts_fold
--- Replaces at most :batch_size rows of the counter journal by one row per (queue, state) holding their sum (none when it is 0); answers the rows folded away.
--- The triggers on jobs only append to queue_counts (migration 0022); this keeps it short. One
--- statement: a reader sees the rows or their sum, never both, and rows appended meanwhile are not
--- in its snapshot, so they stay. Two folds at once each delete only rows the other has not.
-WITH folded AS (
-    DELETE FROM queue_counts c
-    WHERE c.ctid = ANY (ARRAY(SELECT ctid FROM queue_counts LIMIT :batch_size))
-    RETURNING c.queue, c.status, c.jobs
-),
-summed AS (
-    INSERT INTO queue_counts (queue, status, jobs)
-    SELECT queue, status, sum(jobs) FROM folded GROUP BY queue, status HAVING sum(jobs) <> 0
-)
-SELECT count(*) AS folded FROM folded;
+-- name: counter_journal_turn
+-- Turns the counter triggers over to the other journal slot (1 <-> 2); answers the slot they append to now.
+-- Committed on its own before counter_journal_fold, so that the fold's lock on the slot left
+-- behind waits only for the transactions that appended to it before the turn, while new ones
+-- append to the other slot (migration 0028).
+UPDATE counter_journal_slot SET slot = 3 - slot RETURNING slot;
 
--- name: queue_throughput_fold
--- Replaces at most :batch_size rows of the per-minute outcome journal by one row per (queue, minute, outcome) holding their sum; answers the rows folded away.
--- As queue_counts_fold, for queue_throughput.
-WITH folded AS (
-    DELETE FROM queue_throughput t
-    WHERE t.ctid = ANY (ARRAY(SELECT ctid FROM queue_throughput LIMIT :batch_size))
-    RETURNING t.queue, t.minute, t.outcome, t.jobs
-),
-summed AS (
-    INSERT INTO queue_throughput (queue, minute, outcome, jobs)
-    SELECT queue, minute, outcome, sum(jobs) FROM folded GROUP BY queue, minute, outcome
-)
-SELECT count(*) AS folded FROM folded;
+-- name: counter_journal_fold
+-- Adds the journal slot that is not current into the sums (slot 0) and empties it with TRUNCATE, in one transaction, waiting at most :lock_timeout_ms for the transactions still appending to it; answers the rows folded (the larger journal's), or NULL when the wait ran out.
+-- jobq_counters_fold() (migration 0028): the slot is locked, summed and truncated under one
+-- ACCESS EXCLUSIVE lock, so a reader sees the rows or their sums and none is lost or counted
+-- twice; no row is deleted, so the journal leaves no dead tuple.
+SELECT jobq_counters_fold(CAST(:lock_timeout_ms AS integer)) AS folded;
 
 -- name: queue_throughput_prune
--- Deletes at most :batch_size per-minute outcome rows older than :keep_seconds.
-DELETE FROM queue_throughput t
-WHERE (t.queue, t.minute, t.outcome, t.shard) IN (
-    SELECT queue, minute, outcome, shard
-    FROM queue_throughput
+-- Deletes at most :batch_size per-minute outcome sums (slot 0) older than :keep_seconds.
+-- Only the sums: a journal slot is emptied by the fold, and an old row there is pruned once
+-- folded.
+DELETE FROM queue_throughput_totals t
+WHERE (t.queue, t.minute, t.outcome) IN (
+    SELECT queue, minute, outcome
+    FROM queue_throughput_totals
     WHERE minute < COALESCE(CAST(:now AS timestamptz), now()) - make_interval(secs => CAST(:keep_seconds AS float8))
     ORDER BY minute
     LIMIT :batch_size
