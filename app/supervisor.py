@@ -81,6 +81,9 @@ class Supervisor:
                             child.pid,
                             child.returncode,
                         )
+                        # Said and done with: a stop during the backoff must not count it again
+                        # (the supervisor answered 1 for a child it had already replaced).
+                        self.children[slot] = None
                         time.sleep(RESTART_BACKOFF_SECONDS)
                         if not self._stopping:
                             self._start(slot)
