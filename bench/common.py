@@ -24,22 +24,30 @@ MAX_ERRORS_KEPT = 20
 class Meter:
     """Wall time, this process's CPU and the servers' CPU over one timed section."""
 
-    def __init__(self, server_pids: Sequence[int]) -> None:
+    def __init__(self, server_pids: Sequence[int], client_pid: int | None = None) -> None:
         self.server_pids = list(server_pids)
+        # The client's CPU is this process's own, or that of the process ``client_pid`` names
+        # (a worker in another language that this process drives).
+        self.client_pid = client_pid
         self._wall = self._cpu = self._server = 0.0
         self.wall_seconds = self.client_cpu_seconds = self.server_cpu_seconds = 0.0
 
     def start(self) -> None:
         """Marks the start of the timed section."""
         self._server = tree_cpu_seconds(self.server_pids)
-        self._cpu = time.process_time()
+        self._cpu = self._client_cpu()
         self._wall = time.perf_counter()
 
     def stop(self) -> None:
         """Marks its end."""
         self.wall_seconds = time.perf_counter() - self._wall
-        self.client_cpu_seconds = time.process_time() - self._cpu
+        self.client_cpu_seconds = self._client_cpu() - self._cpu
         self.server_cpu_seconds = tree_cpu_seconds(self.server_pids) - self._server
+
+    def _client_cpu(self) -> float:
+        if self.client_pid is None:
+            return time.process_time()
+        return tree_cpu_seconds([self.client_pid])
 
     def figures(self) -> dict[str, float]:
         """The three measured figures."""

@@ -32,6 +32,7 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,7 @@ import httpx
 
 from bench.checks import handled
 from bench.harness import ROOT, database, jobq_process, raw_dsn
-from bench.workers_load import HANDLERS, MODES
+from bench.workers_load import DRIVEN_MODES, HANDLERS, MODES, WORKER_MODES
 
 CONCURRENCIES = (1, 16, 128)
 JOBS = 1000  # the backlog of issue 41's measurement
@@ -86,16 +87,42 @@ def parser() -> argparse.ArgumentParser:
         help="the Worker's claim_ahead (0); the --before Worker runs without",
     )
     p.add_argument("--profile", type=Path, help="write each run's cProfile stats here (a folder)")
+    p.add_argument(
+        "--clients",
+        default="python,typescript,go",
+        help="whose Workers run (python,typescript,go); the other two through their contract "
+        "drivers, built first (npm, go)",
+    )
     return p
 
 
-async def preload(base: str, queue: str, jobs: int) -> list[int]:
-    """Enqueues ``jobs`` jobs of type ``bench`` on ``queue``; answers their ids."""
+def drivers(clients: list[str], out_dir: Path) -> dict[str, list[str]]:
+    """The argv of each other client's contract driver, built now; a client that cannot be
+    built here is left out, saying why."""
+    # The contract suite's own build steps (tests/contract/drivers.py), which report a failure
+    # the pytest way: as pytest's outcome exceptions.
+    import pytest
+
+    from tests.contract.drivers import build_driver
+
+    built: dict[str, list[str]] = {}
+    for client in clients:
+        if client == "python":
+            continue
+        try:
+            built[client] = build_driver(client, out_dir)
+        except (pytest.fail.Exception, pytest.skip.Exception) as exc:
+            print(f"{client}: its driver could not be built, left out: {exc}", flush=True)
+    return built
+
+
+async def preload(base: str, queue: str, jobs: int, type_: str) -> list[int]:
+    """Enqueues ``jobs`` jobs of type ``type_`` (the handler's name) on ``queue``; their ids."""
     ids: list[int] = []
     async with httpx.AsyncClient(base_url=base, timeout=60.0) as http:
         for first in range(0, jobs, BATCH):
             items = [
-                {"queue": queue, "type": "bench", "payload": {"n": n}}
+                {"queue": queue, "type": type_, "payload": {"n": n}}
                 for n in range(first, min(jobs, first + BATCH))
             ]
             answer = await http.post("/v1/jobs/batch?answer=ids", json={"jobs": items})
@@ -156,14 +183,18 @@ def cells(of: dict[str, list[dict[str, Any]]], key: str, form: str) -> str:
 
 
 def table(runs: list[dict[str, Any]], concurrencies: list[int]) -> str:
-    """Medians per concurrency and handler: jobs/s, the ratio, client and server CPU per job."""
+    """Medians per concurrency and handler: jobs/s, each Worker ÷ each bare loop, client and
+    server CPU per job."""
     modes = [mode for mode in MODES if any(r["mode"] == mode for r in runs)]
+    workers = [mode for mode in WORKER_MODES if mode in modes]
+    bares = [mode for mode in ("bare", "lean") if mode in modes]
     width = 9 * len(modes)
-    heads = "".join(f"{mode:>9}" for mode in modes)
+    heads = "".join(f"{mode[:8]:>9}" for mode in modes)
+    ratio_heads = "".join(f"{w[:6] + '/' + b[:1]:>9}" for w in workers for b in bares)
     lines = [
-        f"{'':15}{'jobs/s':^{width}}  Worker ÷ bare   {'client CPU ms/job':^{width}}  "
-        f"{'server CPU ms/job':^{width}}",
-        f"  N  handler    {heads}    httpx    lean  {heads}  {heads}",
+        f"{'':15}{'jobs/s':^{width}}  {'Worker ÷ bare (b: httpx, l: lean)':^{len(ratio_heads)}}"
+        f"  {'client CPU ms/job':^{width}}  {'server CPU ms/job':^{width}}",
+        f"  N  handler    {heads}  {ratio_heads}  {heads}  {heads}",
     ]
     for n in concurrencies:
         for handler in HANDLERS:
@@ -177,10 +208,10 @@ def table(runs: list[dict[str, Any]], concurrencies: list[int]) -> str:
             }
             if not all(of.values()):
                 continue
-
-            worker = median(of["worker"], "jobs_per_s")
-            ratios = f"{worker / median(of['bare'], 'jobs_per_s'):7.2f} " + (
-                f"{worker / median(of['lean'], 'jobs_per_s'):7.2f}" if of.get("lean") else " " * 7
+            ratios = "".join(
+                f"{median(of[w], 'jobs_per_s') / median(of[b], 'jobs_per_s'):9.2f}"
+                for w in workers
+                for b in bares
             )
             lines.append(
                 f"{n:3d}  {handler:<9} {cells(of, 'jobs_per_s', '.0f')}  {ratios}  "
@@ -198,6 +229,8 @@ async def run(url: str, args: argparse.Namespace, concurrencies: list[int]) -> i
     failures: list[str] = []
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
+    clients = [part.strip() for part in args.clients.split(",") if part.strip()]
+    built = drivers(clients, args.scratch)
     admin = await asyncpg.connect(raw_dsn(url))
     try:
         async with jobq_process(url) as served:
@@ -210,12 +243,18 @@ async def run(url: str, args: argparse.Namespace, concurrencies: list[int]) -> i
             for round_ in range(rounds):
                 for n in concurrencies:
                     for handler in HANDLERS:
-                        modes = tuple(m for m in MODES if m != "before" or args.before)
+                        modes = tuple(
+                            m
+                            for m in MODES
+                            if (m != "before" or args.before)
+                            and (m not in ("worker", "before") or "python" in clients)
+                            and (m not in DRIVEN_MODES or m in built)
+                        )
                         modes = modes if round_ % 2 == 0 else tuple(reversed(modes))
                         for mode in modes:
                             number += 1
                             queue = f"bw{number}"
-                            ids = await preload(served.base, queue, jobs)
+                            ids = await preload(served.base, queue, jobs, handler)
                             load_args: dict[str, Any] = {
                                 "base": served.base,
                                 "queue": queue,
@@ -229,6 +268,9 @@ async def run(url: str, args: argparse.Namespace, concurrencies: list[int]) -> i
                                 load_args["claim_ahead"] = args.claim_ahead
                             if mode == "before":
                                 load_args["client"] = str(args.before.resolve())
+                            if mode in DRIVEN_MODES:
+                                load_args["driver"] = built[mode]
+                                load_args["dsn"] = raw_dsn(url)
                             if args.profile:
                                 load_args["profile"] = str(
                                     args.profile / f"{mode}-{n}-{handler}-{round_}.prof"
@@ -253,7 +295,7 @@ async def run(url: str, args: argparse.Namespace, concurrencies: list[int]) -> i
                                 f"{queue} ({mode}, N {n}, {handler}): {p}" for p in problems
                             )
                             print(
-                                f"round {round_ + 1} N {n:3d} {handler:<8} {mode:<6} "
+                                f"round {round_ + 1} N {n:3d} {handler:<8} {mode:<10} "
                                 f"{one['jobs_per_s']:7.0f} jobs/s  client "
                                 f"{one['client_cpu_ms_per_job']:.3f} ms/job  server "
                                 f"{one['server_cpu_ms_per_job']:.3f} ms/job"
@@ -286,8 +328,12 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--concurrency: not a list of integers: {args.concurrency!r}") from None
     if not concurrencies or min(concurrencies) < 1 or (args.jobs or 1) < 1 or args.rounds < 1:
         raise SystemExit("--concurrency, --jobs and --rounds must be positive")
+    unknown = {part.strip() for part in args.clients.split(",")} - {"python", *DRIVEN_MODES}
+    if unknown:
+        raise SystemExit(f"--clients: unknown {sorted(unknown)}; python, typescript, go")
     started = time.monotonic()
-    with database(args.dsn) as url:
+    with database(args.dsn) as url, tempfile.TemporaryDirectory(prefix="bench-drivers-") as tmp:
+        args.scratch = Path(tmp)
         code = asyncio.run(run(url, args, concurrencies))
     print(f"finished in {time.monotonic() - started:.0f} s")
     return code

@@ -15,6 +15,12 @@ Two ways to drain, each ``concurrency`` wide, each running a handler that does n
 - ``worker``: ``jobq_client.Worker(concurrency=N)`` with the handler registered; the handler
   that runs the last pre-loaded job asks the worker to stop, and the run ends when ``run()``
   returns (every job settled).
+- ``typescript``, ``go``: that client's ``Worker``, run by its contract driver
+  (clients/CONTRACT.md, ``worker`` command, ``JOBQ_CONCURRENCY`` N; ``driver`` holds its argv)
+  with the driver's ``noop`` / ``sleep1ms`` handler. The timed section runs from the driver's
+  ``ready`` line until the database shows every pre-loaded job succeeded (polled every
+  ``SETTLED_POLL_SECONDS`` through ``dsn``), then the driver gets SIGTERM and must exit 0. The
+  client's CPU is the driver process's (``/proc``), not this process's.
 
 The answer holds the ids the handlers ran (for the orchestrator's exactly-once check), the wall
 seconds, this process's CPU seconds and the server's (``server_pids``) over the timed section.
@@ -25,12 +31,16 @@ is imported from there. With ``profile`` (a path) the timed section runs under c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import cProfile
 import json
+import os
+import signal
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import asyncpg
 import httpx
 
 from bench.common import LEASE_SECONDS, Errors, Meter
@@ -38,7 +48,13 @@ from bench.http import Connection, HttpError
 
 HANDLERS = ("noop", "sleep1ms")
 # "before": the Worker of another jobq_client (``client`` names its folder), run as "worker" is.
-MODES = ("bare", "lean", "worker", "before")
+PYTHON_MODES = ("bare", "lean", "worker", "before")
+DRIVEN_MODES = ("typescript", "go")  # the other clients' Workers, through their drivers
+MODES = PYTHON_MODES + DRIVEN_MODES
+WORKER_MODES = ("worker", "before", *DRIVEN_MODES)  # what the table sets against the bare loops
+SETTLED_POLL_SECONDS = 0.005
+DRIVEN_LIMIT_SECONDS = 300.0
+SETTLED = "SELECT count(*) FROM jobs WHERE queue = $1 AND status = 'succeeded'"
 
 
 def work(handler: str) -> Callable[[], Awaitable[None]]:
@@ -165,7 +181,7 @@ async def worker(args: dict[str, Any], meter: Meter, errors: Errors) -> list[int
         **options,
     )
 
-    @runner.handler("bench")
+    @runner.handler(args["handler"])
     async def handle(ctx: JobContext) -> None:
         await body_of()
         done.append(ctx.job_id)
@@ -178,6 +194,91 @@ async def worker(args: dict[str, Any], meter: Meter, errors: Errors) -> list[int
     return done
 
 
+class DriverEnded(Exception):
+    """The driver's output ended before it said it was ready."""
+
+
+async def driven(args: dict[str, Any], meter: Meter, errors: Errors) -> list[int]:
+    """Another client's ``Worker`` through its contract driver, until every job succeeded."""
+    expected, queue = int(args["jobs"]), args["queue"]
+    env = {key: value for key, value in os.environ.items() if not key.startswith("JOBQ_")}
+    env.update(
+        JOBQ_URL=args["base"],
+        JOBQ_QUEUE=queue,
+        JOBQ_WORKER_ID=f"bench-{args['mode']}",
+        JOBQ_CONCURRENCY=str(args["concurrency"]),
+        JOBQ_LEASE_SECONDS=str(LEASE_SECONDS),
+        JOBQ_WAIT_SECONDS="1",
+        JOBQ_GRACE_SECONDS="10",
+    )
+    started: list[int] = []
+    ready = asyncio.Event()
+    admin = await asyncpg.connect(args["dsn"])
+    process = await asyncio.create_subprocess_exec(
+        *args["driver"],
+        "worker",
+        env=env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        limit=1 << 20,
+    )
+    meter.client_pid = process.pid
+
+    async def read_events() -> None:
+        assert process.stdout is not None
+        async for line in process.stdout:
+            event = json.loads(line)
+            if event.get("event") == "ready":
+                ready.set()
+            elif event.get("event") == "started":
+                started.append(int(event["job_id"]))
+        ready.set()  # the driver ended: nothing more will come; the exit code tells why
+
+    tail = bytearray()
+
+    async def read_log() -> None:
+        # Read as it comes, so a chatty driver never blocks on a full pipe; the end is kept.
+        assert process.stderr is not None
+        while chunk := await process.stderr.read(65536):
+            tail.extend(chunk)
+            del tail[:-2000]
+
+    reader = asyncio.gather(read_events(), read_log())
+    try:
+        async with asyncio.timeout(DRIVEN_LIMIT_SECONDS):
+            await ready.wait()
+            if process.stdout is not None and process.stdout.at_eof():
+                raise DriverEnded
+            meter.start()
+            while await admin.fetchval(SETTLED, queue) < expected:
+                if process.returncode is not None:
+                    errors.add(f"{args['mode']} driver exited {process.returncode} mid-run")
+                    break
+                await asyncio.sleep(SETTLED_POLL_SECONDS)
+            meter.stop()
+            process.send_signal(signal.SIGTERM)
+            code = await process.wait()
+            await reader
+    except TimeoutError:
+        errors.add(f"{args['mode']} driver: not done after {DRIVEN_LIMIT_SECONDS:g} s")
+        code = None
+    except DriverEnded:
+        code = await process.wait()
+        await reader
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reader
+        await admin.close()
+    if code != 0:
+        errors.add(f"{args['mode']} driver exited {code}: {tail.decode(errors='replace')}")
+    return started
+
+
 async def run(args: dict[str, Any]) -> dict[str, Any]:
     """One drain; answers its figures."""
     meter, errors = Meter(args.get("server_pids", [])), Errors()
@@ -186,6 +287,8 @@ async def run(args: dict[str, Any]) -> dict[str, Any]:
         "lean": lean,
         "worker": worker,
         "before": worker,
+        "typescript": driven,
+        "go": driven,
     }[args["mode"]]
     profile = args.get("profile")
     profiler = cProfile.Profile() if profile else None

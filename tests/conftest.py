@@ -39,6 +39,7 @@ from tests.processes import (  # noqa: F401 - fixtures and the report hook, for 
 SHARED_BUILDS = {
     "tests/contract/": "typescript-client",
     "tests/acceptance/test_readme_examples.py": "typescript-client",
+    "tests/acceptance/test_bench_workers_smoke.py": "typescript-client",
     "tests/system/deploy/": "container-image",
 }
 

@@ -1,6 +1,7 @@
 """``python -m bench.workers --smoke`` runs end to end on the test session's PostgreSQL and
-verifies itself: every run of the bare loop, the Worker and an earlier Worker (``--before``, here
-this checkout's own) drained its queue, each job ran exactly once. Speed is never asserted."""
+verifies itself: every run of the bare loops, the Worker, an earlier Worker (``--before``, here
+this checkout's own) and the TypeScript and Go Workers (through their contract drivers, built
+by the bench) drained its queue, each job ran exactly once. Speed is never asserted."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-TIMEOUT_SECONDS = 300  # a hang fails here instead of stalling the suite
+TIMEOUT_SECONDS = 600  # npm ci and two builds included; a hang fails here instead of stalling the suite
 
 
 @pytest.mark.acceptance
@@ -50,7 +51,7 @@ def test_bench_workers_smoke_runs_and_verifies(pg_server_url: str, tmp_path: Pat
         timeout=TIMEOUT_SECONDS,
     )
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
-    assert "verification: passed (16 runs" in completed.stdout, completed.stdout
+    assert "verification: passed (24 runs" in completed.stdout, completed.stdout
     figures = json.loads(figures_path.read_text())
     assert figures["failures"] == []
     runs = figures["runs"]
@@ -58,6 +59,6 @@ def test_bench_workers_smoke_runs_and_verifies(pg_server_url: str, tmp_path: Pat
         (n, handler, mode)
         for n in (1, 16)
         for handler in ("noop", "sleep1ms")
-        for mode in ("bare", "lean", "worker", "before")
+        for mode in ("bare", "lean", "worker", "before", "typescript", "go")
     }
     assert all(r["jobs_per_s"] > 0 and r["client_cpu_ms_per_job"] > 0 for r in runs)

@@ -39,7 +39,7 @@ RATE = int(os.environ.get("JOBQ_HELD_HORIZON_RATE", "100"))  # jobs a second, of
 HOLD_SECONDS = float(os.environ.get("JOBQ_HELD_HORIZON_SECONDS", "45"))
 TICK = 0.05  # the producer sends a batch of RATE * TICK jobs every TICK seconds
 WARMUP_SECONDS = 5.0  # before the hold
-CONCURRENCY = 32
+CONCURRENCY = int(os.environ.get("JOBQ_HELD_HORIZON_CONCURRENCY", "32"))
 PICKUP_P99_BOUND = 1.0  # seconds: issue 41's bound
 
 

@@ -113,6 +113,17 @@ def build_worker() -> Worker:
         started(ctx)
         return {"echo": ctx.payload}
 
+    @worker.handler("noop")
+    async def noop(ctx: JobContext) -> Any:
+        started(ctx)
+        return None
+
+    @worker.handler("sleep1ms")
+    async def sleep1ms(ctx: JobContext) -> Any:
+        started(ctx)
+        await asyncio.sleep(0.001)
+        return None
+
     @worker.handler("boom")
     async def boom(ctx: JobContext) -> Any:
         started(ctx)

@@ -185,7 +185,9 @@ func work(client *jobq.Client, queue string) error {
 	if err != nil {
 		return err
 	}
-	handlers := map[string]jobq.HandlerFunc{"echo": echo, "boom": boom, "chunked": chunked, "hang": hang}
+	handlers := map[string]jobq.HandlerFunc{
+		"echo": echo, "noop": noop, "sleep1ms": sleep1ms, "boom": boom, "chunked": chunked, "hang": hang,
+	}
 	for name, handler := range handlers {
 		worker.Handle(name, started(handler))
 	}
@@ -271,6 +273,15 @@ func echo(ctx context.Context, jc *jobq.JobContext) (any, error) {
 		payload = json.RawMessage("null")
 	}
 	return map[string]any{"echo": payload}, nil
+}
+
+func noop(ctx context.Context, jc *jobq.JobContext) (any, error) {
+	return nil, nil
+}
+
+func sleep1ms(ctx context.Context, jc *jobq.JobContext) (any, error) {
+	time.Sleep(time.Millisecond)
+	return nil, nil
 }
 
 // ContractBoom is the error the boom handler fails with.

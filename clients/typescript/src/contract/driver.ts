@@ -107,6 +107,15 @@ async function echo(ctx: JobContext): Promise<unknown> {
   return { echo: ctx.payload };
 }
 
+async function noop(): Promise<null> {
+  return null;
+}
+
+async function sleep1ms(): Promise<null> {
+  await new Promise((resolve) => setTimeout(resolve, 1));
+  return null;
+}
+
 // Named `boom`, so the stack the service records names the handler function.
 async function boom(ctx: JobContext<{ message: string }>): Promise<never> {
   throw new ContractBoom(ctx.payload.message);
@@ -175,7 +184,7 @@ async function work(): Promise<void> {
     graceSeconds: number("JOBQ_GRACE_SECONDS") ?? 10,
     waitSeconds: number("JOBQ_WAIT_SECONDS") ?? 2,
     logger: stderr,
-    handlers: { echo, boom, chunked, hang },
+    handlers: { echo, noop, sleep1ms, boom, chunked, hang },
   };
   const heartbeat = number("JOBQ_HEARTBEAT_SECONDS"); // default: a third of the lease
   if (heartbeat !== undefined) options.heartbeatIntervalSeconds = heartbeat;
