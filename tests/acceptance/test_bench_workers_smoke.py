@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-TIMEOUT_SECONDS = 600  # npm ci and two builds included; a hang fails here instead of stalling the suite
+TIMEOUT_SECONDS = (
+    600  # npm ci and two builds included; a hang fails here instead of stalling the suite
+)
 
 
 @pytest.mark.acceptance
