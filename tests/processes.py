@@ -10,6 +10,7 @@ of them to the report of a failing test. Fixtures: ``processes`` (any command), 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -29,6 +30,39 @@ STOP_TIMEOUT_SECONDS = 12.0
 LOG_TAIL_CHARS = 20_000
 
 REGISTRY_KEY = pytest.StashKey["ProcessRegistry"]()
+
+
+def run_to_end(
+    argv: Sequence[str], *, env: Mapping[str, str], timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """Runs a command that starts processes of its own (a bench and its ``jobq serve``) in a
+    process group of its own, and answers as ``subprocess.run`` does. After ``timeout`` seconds
+    the whole group is killed and the test fails with the output so far: ``subprocess.run``
+    would kill only the command and leave its server running."""
+    process = subprocess.Popen(
+        list(argv),
+        cwd=REPO_ROOT,
+        env=dict(env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        out, err = process.communicate()
+        pytest.fail(
+            f"{' '.join(argv[:4])} still running after {timeout:g} s, killed with its "
+            f"processes:\n{out[-4000:]}\n{err[-4000:]}"
+        )
+    finally:
+        # Anything the command left behind (it exited, its children did not) goes too.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    return subprocess.CompletedProcess(list(argv), process.returncode, out, err)
 
 
 def free_port() -> int:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.processes import run_to_end
+
 ROW_KEYS = {
     "enqueue_single_1",
     "enqueue_single_16",
@@ -43,7 +43,7 @@ def test_bench_smoke_runs_and_verifies(pg_server_url: str, tmp_path: Path) -> No
         for key, value in os.environ.items()
         if not key.startswith("JOBQ_") and key != "DATABASE_URL"
     }
-    completed = subprocess.run(
+    completed = run_to_end(
         [
             sys.executable,
             "-m",
@@ -54,12 +54,8 @@ def test_bench_smoke_runs_and_verifies(pg_server_url: str, tmp_path: Path) -> No
             "--json",
             str(figures_path),
         ],
-        cwd=REPO_ROOT,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=TIMEOUT_SECONDS,
-        check=False,
     )
     output = completed.stdout + completed.stderr
     assert completed.returncode == 0, output[-6000:]

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.processes import run_to_end
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_SECONDS = (
@@ -27,7 +28,7 @@ def test_bench_workers_smoke_runs_and_verifies(pg_server_url: str, tmp_path: Pat
         for key, value in os.environ.items()
         if not key.startswith("JOBQ_") and key != "DATABASE_URL"
     }
-    completed = subprocess.run(
+    completed = run_to_end(
         [
             sys.executable,
             "-m",
@@ -46,10 +47,7 @@ def test_bench_workers_smoke_runs_and_verifies(pg_server_url: str, tmp_path: Pat
             "--json",
             str(figures_path),
         ],
-        cwd=REPO_ROOT,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=TIMEOUT_SECONDS,
     )
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]

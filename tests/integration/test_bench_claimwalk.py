@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.processes import run_to_end
+
 RUN_TIMEOUT_SECONDS = 240  # a guard against a hung run, not a speed limit (some 5 s here)
 
 
@@ -25,16 +25,23 @@ RUN_TIMEOUT_SECONDS = 240  # a guard against a hung run, not a speed limit (some
 def test_claimwalk_shows_the_claim_walking_taken_jobs(pg_server_url: str, tmp_path: Path) -> None:
     figures_path = tmp_path / "claimwalk.json"
     environment = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.claimwalk", "--dsn", pg_server_url, "--dead", "0,2000",
-         "--repeat", "1", "--json", str(figures_path)],
-        cwd=ROOT,
+    done = run_to_end(
+        [
+            sys.executable,
+            "-m",
+            "bench.claimwalk",
+            "--dsn",
+            pg_server_url,
+            "--dead",
+            "0,2000",
+            "--repeat",
+            "1",
+            "--json",
+            str(figures_path),
+        ],
         env=environment,
-        capture_output=True,
-        text=True,
         timeout=RUN_TIMEOUT_SECONDS,
-        check=False,
-    )  # fmt: skip
+    )
     assert done.returncode == 0, (done.stdout[-4000:], done.stderr[-4000:])
     figures = json.loads(figures_path.read_text())["figures"]
     assert [f["taken_ahead"] for f in figures] == [0, 2000]

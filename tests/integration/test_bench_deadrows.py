@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.processes import run_to_end
+
 SMOKE_JOBS = 300
 # A guard against a hung run, not a speed limit: the smoke run takes some 20 s here.
 RUN_TIMEOUT_SECONDS = 240
@@ -31,16 +31,20 @@ def test_deadrows_smoke_run_verifies_and_counts(pg_server_url: str, tmp_path: Pa
     environment = {
         k: v for k, v in os.environ.items() if not k.startswith("JOBQ_") and k != "DATABASE_URL"
     }
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.deadrows", "--smoke", "--dsn", pg_server_url,
-         "--json", str(figures_path)],
-        cwd=ROOT,
+    done = run_to_end(
+        [
+            sys.executable,
+            "-m",
+            "bench.deadrows",
+            "--smoke",
+            "--dsn",
+            pg_server_url,
+            "--json",
+            str(figures_path),
+        ],
         env=environment,
-        capture_output=True,
-        text=True,
         timeout=RUN_TIMEOUT_SECONDS,
-        check=False,
-    )  # fmt: skip
+    )
     assert done.returncode == 0, (done.stdout[-6000:], done.stderr[-3000:])
     assert "verification: passed (4 runs" in done.stdout
     assert "jobq against the lean queue table" in done.stdout
