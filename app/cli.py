@@ -309,6 +309,40 @@ def _openapi(_: argparse.Namespace) -> int:
     return 0
 
 
+def _sql(args: argparse.Namespace) -> int:
+    """Prints a named statement or a schema object, ready for EXPLAIN or psql; lists them all."""
+    from app.store.schema import schema_object, schema_objects
+    from app.store.statements import load_statements
+
+    statements = load_statements()
+    if args.name is None:
+        for name, named in sorted(statements.items()):
+            print(f"{name}  {named.description}")
+        for obj in schema_objects():
+            print(f"{obj.name}  ({obj.kind}, app/store/sql/schema/{obj.file})")
+        return 0
+    if args.name in statements:
+        named = statements[args.name]
+        text, binds = named.positional
+        print(f"-- {named.name}: {named.description}")
+        if binds:
+            print("-- " + ", ".join(f"${n} = :{bind}" for n, bind in enumerate(binds, 1)))
+        print(text.strip().removesuffix(";") + ";")
+        return 0
+    try:
+        obj = schema_object(args.name)
+    except KeyError:
+        print(
+            f"jobq sql: no statement, function, trigger or view named {args.name!r} "
+            "(`jobq sql` lists them)",
+            file=sys.stderr,
+        )
+        return 2
+    print(f"-- {obj.kind} {obj.name} (app/store/sql/schema/{obj.file}): {obj.description}")
+    print(obj.statement(args.schema) + ";")
+    return 0
+
+
 def _worker(args: argparse.Namespace) -> int:
     from jobq_client.cli import run_worker
 
@@ -383,6 +417,16 @@ def build_parser() -> argparse.ArgumentParser:
     webhook.set_defaults(func=_keys_webhook_secret)
     openapi = sub.add_parser("openapi", help="print the OpenAPI document")
     openapi.set_defaults(func=_openapi)
+    sql = sub.add_parser(
+        "sql",
+        help="print a statement the service sends (its fragments written in, $n binds) or a "
+        "function, trigger or view as app/store/sql/schema/ defines it; no name: list them",
+    )
+    sql.add_argument("name", nargs="?", help="what to print (none: list every name)")
+    sql.add_argument(
+        "--schema", default="public", help="jobq's schema, written in for __S__ (public)"
+    )
+    sql.set_defaults(func=_sql)
     worker = sub.add_parser(
         "worker", help="run a jobq_client Worker (module:attr) until SIGTERM / SIGINT"
     )

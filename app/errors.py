@@ -324,7 +324,7 @@ async def _database_error(_: Request, exc: Exception) -> JSONResponse:
         return problem(409, "Conflict", "a unique value already exists", slug="conflict")
     if code == "23503":
         # A job named in depends_on was deleted between the check and the insert (the insert
-        # trigger of migration 0021 refuses it, naming the column).
+        # trigger in app/store/sql/schema/linked.sql refuses it, naming the column).
         column = getattr(exc, "column_name", None) or getattr(
             getattr(exc, "orig", None), "column_name", None
         )

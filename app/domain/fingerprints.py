@@ -11,7 +11,8 @@ group, while the same message raised from two code paths is two. Python tracebac
 
 A failure without a traceback, or with one holding no frame read here, is grouped by its
 message with every token holding a digit or a quoted value masked; PostgreSQL does that when
-failures are read (``jobq_failure_pattern``, migration 0027), for failures of any age.
+failures are read (``jobq_failure_pattern``, app/store/sql/schema/helpers.sql), for failures
+of any age.
 
 Pure: the fail path computes the fingerprint before it takes a connection, and it is stored in
 the failure's history event, so grouping is a GROUP BY on a stored value.

@@ -22,7 +22,7 @@ class JobStatus(enum.StrEnum):
     DEAD = "dead"
     CANCELLED = "cancelled"
     # Waiting for other jobs (migration 0021): its parents (depends_on), or the earlier jobs of
-    # its ordering key. Outside the claim index like scheduled; the triggers of migration 0021
+    # its ordering key. Outside the claim index like scheduled; the triggers in schema/linked.sql
     # move it (TRIGGERED below).
     WAITING = "waiting"
 
@@ -81,9 +81,9 @@ TRANSITIONS: Mapping[tuple[Operation, JobStatus], JobStatus] = {
 }
 
 # What no request does but a job's parents (or its ordering key's earlier job) ending does, in
-# the same transaction, by the triggers of migration 0021: waiting -> pending (scheduled when
-# its run_at is ahead) once every parent ended as it asks, or its key's turn came; waiting ->
-# cancelled when a parent ended dead or cancelled and the job asked for success.
+# the same transaction, by the triggers in app/store/sql/schema/linked.sql: waiting -> pending
+# (scheduled when its run_at is ahead) once every parent ended as it asks, or its key's turn
+# came; waiting -> cancelled when a parent ended dead or cancelled and the job asked for success.
 # tests/integration/test_dependencies.py holds the SQL to it.
 TRIGGERED: Mapping[JobStatus, frozenset[JobStatus]] = {
     JobStatus.WAITING: frozenset({JobStatus.PENDING, JobStatus.SCHEDULED, JobStatus.CANCELLED}),
@@ -155,8 +155,8 @@ def allowed_from(operation: Operation) -> list[JobStatus]:
 def backoff_ceiling(*, attempt: int, base_seconds: float, cap_seconds: float) -> float:
     """The upper end of the retry delay after ``attempt``: base x 2^(attempt-1), capped.
 
-    ``jobq_backoff`` (migration 0001) draws the delay uniformly from (0, ceiling]; a test checks
-    its draws against this ceiling on a real database.
+    ``jobq_backoff`` (app/store/sql/schema/helpers.sql) draws the delay uniformly from
+    (0, ceiling]; a test checks its draws against this ceiling on a real database.
     """
     exponent = min(max(attempt - 1, 0), 62)
     return float(min(cap_seconds, base_seconds * (2.0**exponent)))

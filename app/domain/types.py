@@ -222,8 +222,8 @@ class LeaseOutcome:
 
 @dataclass(frozen=True)
 class EnqueueLimits:
-    """What ``jobq.enqueue()`` (the SQL function, migration 0019) checks and fills in, as the
-    API does: an instance writes its own at start-up."""
+    """What ``jobq.enqueue()`` (the SQL function, app/store/sql/schema/enqueue.sql) checks and
+    fills in, as the API does: an instance writes its own at start-up."""
 
     queue_name_max_chars: int
     type_max_chars: int

@@ -75,7 +75,7 @@ _INTEGER_DIGITS_MAX = 309
 def _parse_int(text: str) -> int:
     """An integer, exact; refused past a double's range, as a float there is: JavaScript and Go
     workers read every JSON number as a double, and jsonb keeps no other trace of how it was
-    written (jobq.enqueue() refuses the same, migration 0025)."""
+    written (jobq.enqueue() refuses the same: app/store/sql/schema/enqueue.sql)."""
     if len(text) - text.startswith("-") > _INTEGER_DIGITS_MAX:
         raise _Rejected(f"number {text[:40]}... is too large")
     value = int(text)

@@ -1,7 +1,7 @@
 """The webhook loop: sends the outcomes of finished jobs to their callbacks, signed, until accepted.
 
 Delivery is at least once. A job with a callback gets a delivery row in the transaction of its
-finish (a trigger, migration 0020), so no finish is lost to a crash; each pass leases a bounded
+finish (a trigger: app/store/sql/schema/finished.sql), so no finish is lost to a crash; each pass leases a bounded
 batch of due deliveries (``FOR UPDATE SKIP LOCKED``, and an in-flight time during which no other
 instance takes them), sends them at once, each within the timeout, and records every attempt in
 the delivery and the job's history. A 2xx answer delivers; anything else is tried again after an

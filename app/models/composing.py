@@ -41,7 +41,7 @@ workflows = Table(
 )
 
 # One row per (queue, ordering key) (migration 0021): the lock a key's enqueues and finishes
-# take turns on (the triggers of migration 0021), so two jobs of a key never both start.
+# take turns on (the triggers in app/store/sql/schema/linked.sql), so two jobs of a key never both start.
 ordering_keys = Table(
     "ordering_keys",
     metadata,

@@ -17,7 +17,7 @@ from sqlalchemy.dialects.postgresql import JSONB, UUID
 
 from app.db import metadata
 
-# One row per finish of a job with a callback (migration 0020), written by a trigger with the
+# One row per finish of a job with a callback (since migration 0020), written by a trigger (app/store/sql/schema/finished.sql) with the
 # outcome (body); app/maintenance/webhooks.py sends it. No foreign key: it outlives its job.
 webhook_deliveries = Table(
     "webhook_deliveries",

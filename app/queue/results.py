@@ -2,9 +2,9 @@
 
 A read that waits for its job to finish parks here and holds no database connection. It is
 woken by the job's finish, on whichever instance that happened: a row trigger on ``jobs``
-(migration 0012) sends ``pg_notify('jobq_finished', <id>)`` when an *awaited* job reaches
-``succeeded``, ``dead`` or ``cancelled``, or is deleted, and the control connection
-(app/wakeup/control.py) hands each payload to :meth:`ResultHub.notified`. A woken waiter
+(app/store/sql/schema/finished.sql) sends ``pg_notify('jobq_finished', <id>)`` when an
+*awaited* job reaches ``succeeded``, ``dead`` or ``cancelled``, or is deleted, and the control
+connection (app/wakeup/control.py) hands each payload to :meth:`ResultHub.notified`. A woken waiter
 re-reads its job (one short statement) and parks again if it is still unfinished, so a wake-up
 too many costs one read, never a wrong answer.
 
@@ -29,7 +29,7 @@ from app.store import Stores
 from app.store.conn import Conn
 from app.store.unit import TRANSACTION_TRIES, UnitOfWork
 
-# The channel the trigger notifies on (migration 0012); the payload is the job id as text.
+# The channel the trigger notifies on (app/store/sql/schema/finished.sql); the payload is the job id as text.
 CHANNEL = "jobq_finished"
 
 

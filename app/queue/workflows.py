@@ -1,7 +1,7 @@
 """Workflows: graphs of jobs created in one transaction, read, cancelled and retried whole.
 
 A step is a job with ``workflow_id`` and ``workflow_step``; its ``depends_on`` names the steps it
-comes after. Which step may run is decided by PostgreSQL (the triggers of migration 0021), in
+comes after. Which step may run is decided by PostgreSQL (the triggers in app/store/sql/schema/linked.sql), in
 the transaction that finishes its last parent; this service creates the graph, reads it, and
 cancels or retries it as a whole.
 """

@@ -41,7 +41,7 @@ from app.store.control import ControlStore
 logger = logging.getLogger("jobq.wakeup")
 
 CHANNEL = "jobq_wakeup"
-# The sender jobq.enqueue() (migration 0019) signs its wake-ups with: no instance id looks so.
+# The sender jobq.enqueue() (app/store/sql/schema/enqueue.sql) signs its wake-ups with: no instance id looks so.
 SQL_PRODUCER = "sql"
 COALESCE_WINDOW_SECONDS_DEFAULT: float = setting_default("notify_coalesce_seconds")
 RECONNECT_MIN_SECONDS = 0.1

@@ -4,11 +4,11 @@
 -- Every state change is one conditional statement: the rows it returns are the verdict.
 -- Lease calls carry the worker id in each item, so concurrent requests of many workers can share
 -- one statement (app/queue/coalesce.py) with the ownership check still made per item.
--- Per-queue counts are kept by triggers on jobs (migration 0006), not by these statements.
+-- Per-queue counts are kept by triggers on jobs (app/store/sql/schema/counters.sql), not by these statements.
 -- Statements of the maintenance loops take an optional :now (NULL: the database's now()), so
 -- tests can run them exactly at a deadline.
 
--- The awaited-result statements (job_await_*): a row trigger (migration 0012) sends
+-- The awaited-result statements (job_await_*): a row trigger (app/store/sql/schema/finished.sql) sends
 -- pg_notify('jobq_finished', id) when a job whose awaited is true finishes or is deleted.
 
 -- name: job_get

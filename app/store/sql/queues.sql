@@ -196,7 +196,7 @@ UPDATE counter_journal_slot SET slot = 3 - slot RETURNING slot;
 
 -- name: counter_journal_fold
 -- Adds the journal slot that is not current into the sums (slot 0) and empties it with TRUNCATE, in one transaction, waiting at most :lock_timeout_ms for the transactions still appending to it; answers the rows folded (the larger journal's), or NULL when the wait ran out.
--- jobq_counters_fold() (migration 0028): the slot is locked, summed and truncated under one
+-- jobq_counters_fold() (app/store/sql/schema/counters.sql): the slot is locked, summed and truncated under one
 -- ACCESS EXCLUSIVE lock, so a reader sees the rows or their sums and none is lost or counted
 -- twice; no row is deleted, so the journal leaves no dead tuple.
 SELECT jobq_counters_fold(CAST(:lock_timeout_ms AS integer)) AS folded;

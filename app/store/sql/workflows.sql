@@ -1,6 +1,6 @@
 -- Named statements for composing work (migration 0021): workflows, the parents a job waits
 -- for, and the rows of ordering keys. app/store/workflows.py (WorkflowStore) is the only caller.
--- What moves a waiting job is not here: the triggers of migration 0021 do it in the transaction
+-- What moves a waiting job is not here: the triggers in app/store/sql/schema/linked.sql do it in the transaction
 -- of the parent's finish. These statements create the graph, read it, and cancel or retry it.
 
 -- name: job_ids_reserve
