@@ -189,7 +189,7 @@ def create_engine(
     )
     if statement_cache:
         # As on the hot pool, and like it not through a transaction-mode pooler, where a SET
-        # would outlive this client on the server session (README, PgBouncer, says what to do
+        # would outlive this client on the server session (docs/deploying/production.md, PgBouncer, says what to do
         # there; the service warns at start when JIT is on).
         event.listen(engine.sync_engine, "connect", _jit_off)
     return engine

@@ -17,7 +17,7 @@ lines carry no request id: one coalesced statement carries many requests' jobs
 (app/queue/coalesce.py), so the job id is what ties them together.
 
 What a busy instance logs by default is what an operator acts on, not its traffic: a hot
-request's access line and job line cost about a seventh of its CPU (README, Logs), so
+request's access line and job line cost about a seventh of its CPU (docs/operating/logs.md), so
 :class:`~app.http.access_log.AccessLog` (called by :class:`RequestIds`) writes an ``http.request`` line for the errors (4xx, 5xx) and the slow
 requests, and :class:`JobEventLog` the changes other than the routine enqueued, claimed,
 completed and webhook_delivered; ``sampled`` adds a share of the rest, ``all`` everything (the

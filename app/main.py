@@ -308,7 +308,7 @@ async def warn_if_jit(engine: AsyncEngine) -> None:
         db_logger.warning(
             "jit is on for jobq's sessions: short statements may spend hundreds of ms compiling; "
             "turn it off for jobq's role (ALTER ROLE ... SET jit = off) or in PgBouncer's "
-            "connect_query (README, PgBouncer)",
+            "connect_query (docs/deploying/production.md, PgBouncer)",
             extra={"event": "db.jit_on"},
         )
 

@@ -135,7 +135,7 @@ class Settings(BaseSettings):
         default="auto",
         description="Log lines as json, text, or auto: text on a terminal, JSON otherwise.",
     )
-    # A hot request's two lines cost about a seventh of its CPU (README, Logs): by default the
+    # A hot request's two lines cost about a seventh of its CPU (docs/operating/logs.md): by default the
     # routine requests and job changes are counted in the summary line, not written one by one.
     log_access: Literal["off", "errors", "sampled", "all"] = Field(
         default="errors",
@@ -499,7 +499,7 @@ def env_name(name: str) -> str:
 
 
 def settings_table() -> str:
-    """The README's table of every setting: environment variable, default, meaning."""
+    """The configuration reference's table of every setting: environment variable, default, meaning."""
     lines = ["| variable | default | meaning |", "|---|---|---|"]
     for name, field in Settings.model_fields.items():
         default = field.default

@@ -16,7 +16,7 @@ the load until the end snapshot has been taken, so neither vacuum nor page pruni
 anything the load leaves. The lean queue table (``bench/lean.py``: a primary key and one
 partial claim index, no triggers) runs the same workloads with raw SQL on W asyncpg connections
 (``bench/baseline.py``'s INSERT, CLAIM and COMPLETE, one job a claim) in a database of its own on
-the same server. The figures are in ``docs/storage-dead-rows.md``.
+the same server. The figures are in ``docs/architecture/storage-dead-rows.md``.
 
 Around each run: ``pg_stat_user_tables`` per table (the counters are read once the workload's
 backends have exited and the counts settled, ``bench/deadrows_stats.py``), each relation's size,

@@ -7,7 +7,7 @@ Starts uvicorn as ``jobq serve`` runs it (uvloop, httptools, no access log) on t
 posts an enqueue-sized JSON body to it, one request at a time, through the bench's own client
 (``bench/http.py``). It prints the median requests/s over the rounds and the time a round trip
 takes: what any HTTP service pays per request on this machine before it does any work. Issue
-22 compares it with PGQueuer's in-process enqueue (see README, Speed). Speed is reported, never
+22 compares it with PGQueuer's in-process enqueue (see docs/benchmarks.md). Speed is reported, never
 asserted.
 """
 

@@ -1,7 +1,7 @@
 """Concurrency and rate limits: list, set, delete (admin keys without queue scopes).
 
 A limit is enforced by the claim statement itself, so it holds across every instance; see
-app/queue/flow_limits.py for how patterns match and README "Concurrency keys and rate limits".
+app/queue/flow_limits.py for how patterns match and docs/guides/flow-control.md.
 """
 
 # No ``from __future__ import annotations``: FastAPI reads the annotations at runtime.

@@ -11,7 +11,7 @@ Each app has its own figures (several apps may share a process, as in the tests)
   runtime when scraped.
 
 A key scoped to some queues sees only those queues' per-queue series; the instance-wide ones
-(requests, loops, statements) it sees as any viewer does. README's "Metrics" lists every metric.
+(requests, loops, statements) it sees as any viewer does. docs/operating/metrics.md lists every metric.
 """
 
 from __future__ import annotations

@@ -178,7 +178,7 @@ class JobTemplate(StrictModel):
         max_length=setting_default("webhook_url_max_chars"),
         description="Where jobq POSTs the job's outcome, signed, once it finishes (succeeded, "
         "dead or cancelled): an absolute http(s) URL; default: the queue's callback_url. "
-        "See the README's Completion webhooks.",
+        "See docs/guides/webhooks.md.",
     )
     on_parent_failure: Literal["cancel", "run"] | None = Field(
         default=None,

@@ -1,6 +1,6 @@
 """Which answered requests get an ``http.request`` line: the errors, the slow ones, a sample.
 
-A hot request's access line and job line cost about a seventh of its CPU (README, Logs), so
+A hot request's access line and job line cost about a seventh of its CPU (docs/operating/logs.md), so
 by default a busy instance writes an access line only for what an operator acts on: a 4xx or
 5xx answer, or a request slower than ``JOBQ_LOG_SLOW_REQUEST_MS``. :class:`AccessLog` decides
 and writes; the request id wrapper (app/logs.py, ``RequestIds``) times each request and hands

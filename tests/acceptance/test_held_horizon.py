@@ -34,7 +34,7 @@ pytestmark = pytest.mark.acceptance
 
 QUEUE = "held-horizon"
 # The test suite's scale; issue 41's own (300 jobs/s, a 180 s hold) is the same test with
-# JOBQ_HELD_HORIZON_RATE=300 JOBQ_HELD_HORIZON_SECONDS=180 (README, "A held vacuum horizon").
+# JOBQ_HELD_HORIZON_RATE=300 JOBQ_HELD_HORIZON_SECONDS=180 (docs/architecture/storage-dead-rows.md, "Under a held horizon").
 RATE = int(os.environ.get("JOBQ_HELD_HORIZON_RATE", "100"))  # jobs a second, offered
 HOLD_SECONDS = float(os.environ.get("JOBQ_HELD_HORIZON_SECONDS", "45"))
 TICK = 0.05  # the producer sends a batch of RATE * TICK jobs every TICK seconds

@@ -1,6 +1,6 @@
 """The role x route matrix, every cell, generated from openapi.json so a new route cannot be missed.
 
-Each route needs one permission (app/auth/keys.py); README.md documents the same table. A cell
+Each route needs one permission (app/auth/keys.py); docs/guides/security.md documents the same table. A cell
 is: no key -> 401 with WWW-Authenticate: Bearer; a role without the permission -> 403; a role
 with it -> neither (the route's own answer). Public routes answer everyone.
 """
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SPEC = json.loads((ROOT / "openapi.json").read_text(encoding="utf-8"))
 
 PUBLIC = "public"
-# What each route needs, as README.md's matrix says. A route missing here fails the test below.
+# What each route needs, as the matrix in docs/guides/security.md says. A route missing here fails the test below.
 NEEDS: dict[tuple[str, str], str] = {
     ("POST", "/v1/jobs"): Permission.ENQUEUE,
     ("POST", "/v1/jobs/batch"): Permission.ENQUEUE,
@@ -73,7 +73,7 @@ NEEDS: dict[tuple[str, str], str] = {
     ("GET", "/readyz"): PUBLIC,
 }
 
-# Who holds each permission: README.md's matrix, written out here rather than read from the code.
+# Who holds each permission: the matrix in docs/guides/security.md, written out here rather than read from the code.
 HOLDERS: dict[str, set[str]] = {
     Permission.ENQUEUE: {"producer", "admin"},
     Permission.WORK: {"worker", "admin"},

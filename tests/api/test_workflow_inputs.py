@@ -1,6 +1,6 @@
 """What a workflow step and a batch callback take (issue 40, items 5 and 8b).
 
-A step that runs ``after`` others takes ``on_parent_failure`` (the README's "nightly-etl" runs
+A step that runs ``after`` others takes ``on_parent_failure`` (docs/guides/composing.md's "nightly-etl" runs
 its notify step whatever the load step did); a step without ``after`` giving it, and a batch
 callback with an ``ordering_key``, are refused naming the field, with nothing written.
 """
@@ -17,7 +17,7 @@ from jobq_client import Step
 from tests.api.client_helpers import running_service
 from tests.api.helpers import claim, get_job, lease, lease_call
 
-# The README's example, as Composing work shows it.
+# The example of docs/guides/composing.md.
 NIGHTLY_ETL: dict[str, Any] = {
     "name": "nightly-etl",
     "steps": [

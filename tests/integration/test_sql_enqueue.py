@@ -253,7 +253,7 @@ async def test_a_role_without_the_grant_cannot_call_it(
 async def test_sqlalchemy_callers_enqueue_in_their_session_transaction(
     conn: asyncpg.Connection, engine: AsyncEngine
 ) -> None:
-    # As README shows it: the business write and the job in one SQLAlchemy transaction.
+    # As docs/guides/producers.md shows it: the business write and the job in one SQLAlchemy transaction.
     async with engine.begin() as session_conn:
         await session_conn.execute(text("INSERT INTO shop_orders VALUES (5, 1)"))
         job_id = (

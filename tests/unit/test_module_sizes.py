@@ -30,7 +30,7 @@ EXCEPTIONS: dict[str, tuple[int, str]] = {
     # Cron parsing, DST-aware next-run arithmetic and catch-up plans: pure and tested whole.
     "domain/cron.py": (530, "cron arithmetic, pure"),
     # Every setting in one class, grouped by area: the one source of each default, of the
-    # README's table and of the bounds OpenAPI shows (STYLE rule 12); split, it would be several.
+    # configuration reference and of the bounds OpenAPI shows (STYLE rule 12); split, it would be several.
     "settings.py": (560, "every setting and its default, one source"),
 }
 

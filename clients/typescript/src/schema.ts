@@ -1067,7 +1067,7 @@ export interface components {
             concurrency_key?: string | null;
             /**
              * Callback Url
-             * @description Where jobq POSTs the job's outcome, signed, once it finishes (succeeded, dead or cancelled): an absolute http(s) URL; default: the queue's callback_url. See the README's Completion webhooks.
+             * @description Where jobq POSTs the job's outcome, signed, once it finishes (succeeded, dead or cancelled): an absolute http(s) URL; default: the queue's callback_url. See docs/guides/webhooks.md.
              */
             callback_url?: string | null;
             /**
@@ -1483,7 +1483,7 @@ export interface components {
             concurrency_key?: string | null;
             /**
              * Callback Url
-             * @description Where jobq POSTs the job's outcome, signed, once it finishes (succeeded, dead or cancelled): an absolute http(s) URL; default: the queue's callback_url. See the README's Completion webhooks.
+             * @description Where jobq POSTs the job's outcome, signed, once it finishes (succeeded, dead or cancelled): an absolute http(s) URL; default: the queue's callback_url. See docs/guides/webhooks.md.
              */
             callback_url?: string | null;
             /**
@@ -2684,7 +2684,7 @@ export interface components {
             concurrency_key?: string | null;
             /**
              * Callback Url
-             * @description Where jobq POSTs the job's outcome, signed, once it finishes (succeeded, dead or cancelled): an absolute http(s) URL; default: the queue's callback_url. See the README's Completion webhooks.
+             * @description Where jobq POSTs the job's outcome, signed, once it finishes (succeeded, dead or cancelled): an absolute http(s) URL; default: the queue's callback_url. See docs/guides/webhooks.md.
              */
             callback_url?: string | null;
             /**

@@ -121,7 +121,7 @@ def artifacts_root() -> Path:
 
 
 def readme_screenshots_wanted() -> bool:
-    """Whether ``JOBQ_SCREENSHOTS=1`` asks for the README's screenshots in ``docs/screenshots``."""
+    """Whether ``JOBQ_SCREENSHOTS=1`` asks for the docs' screenshots in ``docs/screenshots``."""
     return os.environ.get("JOBQ_SCREENSHOTS", "") == "1"
 
 

@@ -2,7 +2,7 @@
 
 Each test works on queues of its own, so the tests share one server without seeing each other's
 jobs. Every step leaves a screenshot in the artifacts folder (see ``conftest.py``); the tour at
-the top, run first on the still-empty database, also makes the README's screenshots when
+the top, run first on the still-empty database, also makes the docs' screenshots when
 ``JOBQ_SCREENSHOTS=1``.
 """
 
@@ -73,7 +73,7 @@ def number(n: int) -> re.Pattern[str]:
     return re.compile(rf"(?<![\d.]){n}(?![\d.])")
 
 
-# -- the tour: every page on realistic data (the README's screenshots) ---------------------------
+# -- the tour: every page on realistic data (the docs' screenshots) ---------------------------
 
 
 async def seed_tour(dashboard: Dashboard) -> dict[str, Any]:
@@ -156,7 +156,7 @@ async def seed_workflow(dashboard: Dashboard) -> dict[str, Any]:
 
 async def test_tour_of_every_page(dashboard: Dashboard, page: Page, steps: Steps) -> None:
     """Overview, jobs, a failed job, workers, failures, a queue and the overview on a phone render
-    the seeded service (README screenshots)."""
+    the seeded service (the docs' screenshots)."""
     dead = await seed_tour(dashboard)
     await sign_in(page, dashboard.admin_key)
     for queue in ("emails", "reports", "billing.invoices"):

@@ -84,7 +84,7 @@ END $function$;
 -- it; answers NULL if they hold it longer), adds its sums into slot 0 (queue_counts_totals,
 -- queue_throughput_totals; a (queue, status) that reaches 0 leaves no row) and TRUNCATEs it.
 -- Answers the journal rows folded. TRUNCATE leaves no dead tuple whatever the vacuum horizon
--- (docs/storage-dead-rows.md).
+-- (docs/architecture/storage-dead-rows.md).
 CREATE OR REPLACE FUNCTION __S__.jobq_counters_fold(lock_timeout_ms integer)
  RETURNS bigint
  LANGUAGE plpgsql
