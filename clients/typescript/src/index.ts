@@ -37,7 +37,7 @@ export {
   WaitTimeout,
   WorkflowWaitTimeout,
 } from "./errors.js";
-export { errorDetail } from "./leases.js";
+export { errorDetail } from "./failure.js";
 export { defaultWorkerId, Worker, type Handler, type WorkerOptions } from "./worker.js";
 export type * from "./types.js";
 export type { components, paths, operations } from "./schema.js";

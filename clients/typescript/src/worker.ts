@@ -29,7 +29,8 @@ import { hostname } from "node:os";
 
 import { Client, stderrLogger, WAIT_SECONDS_MAX, type ClientOptions } from "./client.js";
 import type { JobContext } from "./context.js";
-import { LeaseKeeper, type HeldJob, type Outcome } from "./leases.js";
+import { LeaseKeeper, MAX_LEASES_PER_CALL, type HeldJob, type Outcome } from "./leases.js";
+import { Run } from "./run.js";
 import { Backoff, describe, isTransient, pause, retryDelay } from "./retry.js";
 import type { ClaimedJob, ClaimNext, Logger } from "./types.js";
 
@@ -77,58 +78,6 @@ export interface WorkerOptions extends Omit<ClientOptions, "retries" | "timeoutS
 /** A worker id naming this host and process, plus a random part so two never share one. */
 export function defaultWorkerId(): string {
   return `${hostname()}:${process.pid}:${randomBytes(3).toString("hex")}`;
-}
-
-/** Wakes everyone waiting, each time it fires; a wait also ends when its signal aborts. */
-class Trigger {
-  private readonly waiters = new Set<() => void>();
-
-  fire(): void {
-    const waiting = [...this.waiters];
-    this.waiters.clear();
-    for (const wake of waiting) wake();
-  }
-
-  wait(signal: AbortSignal): Promise<void> {
-    return new Promise((resolve) => {
-      if (signal.aborted) {
-        resolve();
-        return;
-      }
-      const wake = (): void => {
-        signal.removeEventListener("abort", wake);
-        this.waiters.delete(wake);
-        resolve();
-      };
-      this.waiters.add(wake);
-      signal.addEventListener("abort", wake, { once: true });
-    });
-  }
-}
-
-/** What one `run()` owns; a new one for each run. */
-class Run {
-  /** Aborted when the stop begins: ends claiming (the long-poll in flight too). */
-  readonly stop = new AbortController();
-  /** Aborted by a second stop request: ends the grace period. */
-  readonly graceOver = new AbortController();
-  /** Aborted once every job is settled: ends the heartbeats. */
-  readonly heartbeatsOver = new AbortController();
-  readonly slotFree = new Trigger();
-  readonly supervisors = new Set<Promise<void>>();
-  /** Slots asked for by claims in flight: the claim loop's, and those riding on settle calls. */
-  claiming = 0;
-  /** Held jobs whose settle call claims for their slot (so counted in `claiming` instead). */
-  handingOver = 0;
-
-  constructor(
-    readonly client: Client,
-    readonly leases: LeaseKeeper,
-  ) {}
-
-  get stopping(): boolean {
-    return this.stop.signal.aborted;
-  }
 }
 
 /** Runs registered handlers for claimed jobs, keeping their leases alive with heartbeats. */
@@ -192,6 +141,9 @@ export class Worker {
     this.logger = options.logger ?? stderrLogger;
     this.clientOptions = {
       ...pick(options, "baseUrl", "apiKey", "fetch"),
+      // Whatever the concurrency only a few requests are out at once: the claim's long-poll, a
+      // heartbeat, one shared complete, and the checkpoints, fails and releases of single jobs.
+      connections: options.connections ?? Math.min(concurrency, 16) + 4,
       logger: this.logger,
       // A request that takes longer than the lease is of no use to a worker.
       timeoutSeconds: Math.max(2, Math.min(30, leaseSeconds)),
@@ -470,6 +422,11 @@ export class Worker {
       } else {
         const outcome = await Promise.race([runHandler(handler, held.ctx), held.forced]);
         held.ended = true;
+        if (outcome.kind === "returned" && run.leases.batchable(held, outcome)) {
+          // Carried by a complete shared with every job that returned meanwhile.
+          await this.completeShared(run, held, outcome.value);
+          return;
+        }
         ask = this.claimNextFor(run);
         settling = run.leases.settle(held, outcome, ask);
       }
@@ -490,6 +447,72 @@ export class Worker {
       run.leases.drop(held);
       run.slotFree.fire();
     }
+  }
+  // -- shared completes --------------------------------------------------------------------
+
+  /** Queues the job's complete; resolves once a shared complete carried it (rejects when that
+   * request failed for good). */
+  private completeShared(run: Run, held: HeldJob, value: unknown): Promise<void> {
+    return new Promise((resolve, reject) => {
+      run.toComplete.push({ held, value, resolve, reject });
+      if (run.flushing) return;
+      run.flushing = true;
+      // After this turn, so every handler that returned in it joins the first request.
+      setImmediate(() => void this.flushCompletes(run));
+    });
+  }
+
+  /**
+   * Sends the queued completes, one request at a time, each carrying every job that returned
+   * while the one before was in flight, and claiming for the slots they free and any other free
+   * one. One at a time: while one is out the next batch grows, so a busy worker makes few
+   * requests however wide it is. A job whose lease was lost meanwhile is left out.
+   */
+  private async flushCompletes(run: Run): Promise<void> {
+    try {
+      while (run.toComplete.length > 0) {
+        const queued = run.toComplete.splice(0, MAX_LEASES_PER_CALL);
+        const batch = queued.filter((pending) => !pending.held.lost);
+        for (const pending of queued) if (pending.held.lost) pending.resolve();
+        if (batch.length === 0) continue;
+        run.handingOver += batch.length;
+        const ask = this.claimNextForBatch(run);
+        let claimed: ClaimedJob[] = [];
+        let failure: { error: unknown } | undefined;
+        try {
+          claimed = await run.leases.completeMany(batch, ask);
+        } catch (error) {
+          failure = { error };
+        } finally {
+          if (ask !== undefined) run.claiming -= ask.max_jobs;
+          run.handingOver -= batch.length;
+          for (const { held } of batch) run.leases.drop(held);
+        }
+        try {
+          // Started before the supervisors wake, so their slots are taken at once.
+          await this.take(run, claimed);
+        } finally {
+          for (const pending of batch) {
+            if (failure === undefined) pending.resolve();
+            else pending.reject(failure.error);
+          }
+        }
+      }
+    } finally {
+      run.flushing = false;
+      // Only after an unexpected error: nobody is left to send these.
+      for (const pending of run.toComplete.splice(0)) pending.reject(new Error("not completed"));
+    }
+  }
+
+  /** The claim a shared complete makes for every free slot (its own jobs' among them: they
+   * count in `handingOver`), reserved until it is answered; `undefined` while stopping. */
+  private claimNextForBatch(run: Run): Ask | undefined {
+    if (!this.claimNext || run.stopping || run.leases.claimNextRefused) return undefined;
+    const free = Math.min(this.free(run), MAX_CLAIM_JOBS);
+    if (free <= 0) return undefined;
+    run.claiming += free;
+    return { queues: [...this.queues], max_jobs: free, lease_seconds: this.leaseSeconds };
   }
 }
 
