@@ -1,12 +1,13 @@
 /**
- * One HTTP call to the service (over Node's `http`, or a `fetch` given): JSON in and out, a timeout, error answers as
- * `JobqError`, failures to get an answer as `TransportError`, and the retries that are safe.
+ * One HTTP call to the service (over Node's `http`, or a `fetch` given: see `http`): JSON in
+ * and out, a timeout, error answers as `JobqError`, failures to get an answer as
+ * `TransportError`, and the retries that are safe.
  *
  * Two kinds of retry, both only where sending the request again cannot do its work twice:
  *
  * - a request whose connection broke before any answer came (reset, closed by the peer) is sent
  *   again at once, up to twice. That is the keep-alive race: the server closes an idle pooled
- *   connection just as a request goes out on it; undici drops that socket, so the next try
+ *   connection just as a request goes out on it; the pool drops that socket, so the next try
  *   takes a fresh one. Only requests that are `repeatable` (reads, PUTs, enqueues and workflow
  *   creates carrying their idempotency key, lease calls without a claim) go again: the request
  *   may have been done.

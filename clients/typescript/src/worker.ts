@@ -13,8 +13,12 @@
  *   (returned), fail (threw) or release (stopped) the job. A job of a type the worker has no
  *   handler for is released for `unknownTypeDelaySeconds`, never failed. Unless stopping, that
  *   same request claims the worker's next jobs (`claim_next`, without waiting) for the slot it
- *   frees and any other free one, so a busy worker makes one request per job; the claim loop
- *   long-polls only for slots nobody is claiming for already.
+ *   frees and any other free one; the claim loop long-polls only for slots nobody is claiming
+ *   for already;
+ * - completes are shared (`Run.completeShared`): one request at a time carries every job whose
+ *   handler returned since the last one went out, and claims for all the slots that frees, so a
+ *   wide worker makes one request per batch, not per job. Fails and releases go one job per
+ *   request.
  *
  * Stopping (`stop()`, SIGTERM or SIGINT): claiming stops at once (the long-poll in flight is
  * aborted), every running context says `stopping`, and a handler's next `saveCheckpoint` saves
@@ -29,17 +33,15 @@ import { hostname } from "node:os";
 
 import { Client, stderrLogger, WAIT_SECONDS_MAX, type ClientOptions } from "./client.js";
 import type { JobContext } from "./context.js";
-import { LeaseKeeper, MAX_LEASES_PER_CALL, type HeldJob, type Outcome } from "./leases.js";
-import { Run } from "./run.js";
+import { LeaseKeeper, type HeldJob, type Outcome } from "./leases.js";
+import { Run, type Ask } from "./run.js";
 import { Backoff, describe, isTransient, pause, retryDelay } from "./retry.js";
-import type { ClaimedJob, ClaimNext, Logger } from "./types.js";
+import type { ClaimedJob, Logger } from "./types.js";
 
 /** Handles one job: its return value (any JSON) completes the job, a throw fails it. The
  * payload type is the handler's own declaration, not checked against the job. */
 export type Handler<Payload = any> = (ctx: JobContext<Payload>) => unknown;
 
-/** A `claim_next` as the worker sends it: `max_jobs` always set, as its slots are reserved. */
-type Ask = ClaimNext & { max_jobs: number };
 
 const MAX_CLAIM_JOBS = 100; // the service's per-claim limit
 const MAX_RELEASE_DELAY_SECONDS = 30 * 24 * 3600; // the service's limit of a release's delay
@@ -194,7 +196,10 @@ export class Worker {
       heartbeatIntervalSeconds: this.heartbeatIntervalSeconds,
       logger: this.logger,
     });
-    const run = new Run(client, leases);
+    const run: Run = new Run(client, leases, {
+      claimForBatch: () => this.claimNextForBatch(run),
+      take: (jobs) => this.take(run, jobs),
+    });
     this.current = run;
     const removeSignalHandlers = this.handleSignals
       ? this.installSignalHandlers()
@@ -424,7 +429,7 @@ export class Worker {
         held.ended = true;
         if (outcome.kind === "returned" && run.leases.batchable(held, outcome)) {
           // Carried by a complete shared with every job that returned meanwhile.
-          await this.completeShared(run, held, outcome.value);
+          await run.completeShared(held, outcome.value);
           return;
         }
         ask = this.claimNextFor(run);
@@ -448,63 +453,6 @@ export class Worker {
       run.slotFree.fire();
     }
   }
-  // -- shared completes --------------------------------------------------------------------
-
-  /** Queues the job's complete; resolves once a shared complete carried it (rejects when that
-   * request failed for good). */
-  private completeShared(run: Run, held: HeldJob, value: unknown): Promise<void> {
-    return new Promise((resolve, reject) => {
-      run.toComplete.push({ held, value, resolve, reject });
-      if (run.flushing) return;
-      run.flushing = true;
-      // After this turn, so every handler that returned in it joins the first request.
-      setImmediate(() => void this.flushCompletes(run));
-    });
-  }
-
-  /**
-   * Sends the queued completes, one request at a time, each carrying every job that returned
-   * while the one before was in flight, and claiming for the slots they free and any other free
-   * one. One at a time: while one is out the next batch grows, so a busy worker makes few
-   * requests however wide it is. A job whose lease was lost meanwhile is left out.
-   */
-  private async flushCompletes(run: Run): Promise<void> {
-    try {
-      while (run.toComplete.length > 0) {
-        const queued = run.toComplete.splice(0, MAX_LEASES_PER_CALL);
-        const batch = queued.filter((pending) => !pending.held.lost);
-        for (const pending of queued) if (pending.held.lost) pending.resolve();
-        if (batch.length === 0) continue;
-        run.handingOver += batch.length;
-        const ask = this.claimNextForBatch(run);
-        let claimed: ClaimedJob[] = [];
-        let failure: { error: unknown } | undefined;
-        try {
-          claimed = await run.leases.completeMany(batch, ask);
-        } catch (error) {
-          failure = { error };
-        } finally {
-          if (ask !== undefined) run.claiming -= ask.max_jobs;
-          run.handingOver -= batch.length;
-          for (const { held } of batch) run.leases.drop(held);
-        }
-        try {
-          // Started before the supervisors wake, so their slots are taken at once.
-          await this.take(run, claimed);
-        } finally {
-          for (const pending of batch) {
-            if (failure === undefined) pending.resolve();
-            else pending.reject(failure.error);
-          }
-        }
-      }
-    } finally {
-      run.flushing = false;
-      // Only after an unexpected error: nobody is left to send these.
-      for (const pending of run.toComplete.splice(0)) pending.reject(new Error("not completed"));
-    }
-  }
-
   /** The claim a shared complete makes for every free slot (its own jobs' among them: they
    * count in `handingOver`), reserved until it is answered; `undefined` while stopping. */
   private claimNextForBatch(run: Run): Ask | undefined {
