@@ -78,6 +78,9 @@ describe("shared completes", () => {
     assert.ok([...runs.values()].every((n) => n === 1), "every job ran once");
     const completes = proxy.count("POST /v1/complete");
     assert.ok(completes < jobs, `${completes} complete requests for ${jobs} jobs`);
+    // Kept alive and reused: no connection per request (the pool: min(concurrency, 16) + 4).
+    assert.ok(proxy.accepted <= concurrency + 4, `${proxy.accepted} connections`);
+    assert.ok(proxy.requests.length > proxy.accepted, `${proxy.requests.length} requests`);
     for (const id of batch.ids.slice(0, 10)) {
       const job = await client.getJob(id);
       assert.equal(job.attempts, 1);

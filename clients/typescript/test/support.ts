@@ -96,6 +96,8 @@ export class DroppingProxy {
   /** The first line of every request passed on (`POST /v1/claim HTTP/1.1`). */
   readonly requests: string[] = [];
   dropped = 0;
+  /** Connections the proxy accepted (each a connection the client opened). */
+  accepted = 0;
   private readonly server = net.createServer((socket) => this.accept(socket));
   private readonly sockets = new Set<net.Socket>();
 
@@ -124,6 +126,7 @@ export class DroppingProxy {
   }
 
   private accept(client: net.Socket): void {
+    this.accepted += 1;
     const upstream = net.connect(Number(this.upstream.port), this.upstream.hostname);
     this.sockets.add(client).add(upstream);
     let answered = false; // an answer went back: the client's next bytes reuse the connection
