@@ -339,7 +339,8 @@ export class LeaseKeeper {
           await sleep(retryDelay(error, backoff));
           continue;
         }
-        if (error instanceof JobqError && !error.transient && done.length > 1) {
+        if (error instanceof JobqError && !error.transient) {
+          // Each on its own: the one the service will not take is failed, saying why.
           for (const { held, value } of done) await this.complete(held, value, undefined);
           return [];
         }

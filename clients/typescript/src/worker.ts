@@ -34,14 +34,13 @@ import { hostname } from "node:os";
 import { Client, stderrLogger, WAIT_SECONDS_MAX, type ClientOptions } from "./client.js";
 import type { JobContext } from "./context.js";
 import { LeaseKeeper, type HeldJob, type Outcome } from "./leases.js";
-import { Run, type Ask } from "./run.js";
 import { Backoff, describe, isTransient, pause, retryDelay } from "./retry.js";
+import { Run, type Ask } from "./run.js";
 import type { ClaimedJob, Logger } from "./types.js";
 
 /** Handles one job: its return value (any JSON) completes the job, a throw fails it. The
  * payload type is the handler's own declaration, not checked against the job. */
 export type Handler<Payload = any> = (ctx: JobContext<Payload>) => unknown;
-
 
 const MAX_CLAIM_JOBS = 100; // the service's per-claim limit
 const MAX_RELEASE_DELAY_SECONDS = 30 * 24 * 3600; // the service's limit of a release's delay
@@ -453,6 +452,7 @@ export class Worker {
       run.slotFree.fire();
     }
   }
+
   /** The claim a shared complete makes for every free slot (its own jobs' among them: they
    * count in `handingOver`), reserved until it is answered; `undefined` while stopping. */
   private claimNextForBatch(run: Run): Ask | undefined {

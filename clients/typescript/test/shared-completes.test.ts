@@ -156,6 +156,38 @@ describe("shared completes", () => {
     assert.equal(requests.filter((r) => r.line === "POST /v1/fail").length, 0);
   });
 
+  test("a result the service refuses fails its own job; its batch mate completes", async (t) => {
+    const queue = uniqueQueue("shared-refused");
+    const requests: Recorded[] = [];
+    const started = { big: deferred(), small: deferred() };
+    const finish = deferred();
+    const w = worker(queue, { concurrency: 2, fetch: recordingFetch(requests) }).handle<{
+      size: "big" | "small";
+    }>("result", async (ctx) => {
+      started[ctx.payload.size].resolve();
+      await finish.promise; // both return in the same turn
+      // Past the service's 1 MiB body limit: the shared request is refused with a 413.
+      return ctx.payload.size === "big" ? "x".repeat(2 * 1024 * 1024) : "small";
+    });
+    const big = await client.enqueue({ queue, type: "result", payload: { size: "big" } });
+    const small = await client.enqueue({ queue, type: "result", payload: { size: "small" } });
+    running(w, t);
+    await Promise.all([started.big.promise, started.small.promise]);
+    finish.resolve();
+    const kept = await eventually("the small result to be stored", async () => {
+      const job = await client.getJob(small.id);
+      return job.status === "succeeded" ? job : undefined;
+    });
+    assert.equal(kept.result, "small");
+    const dead = await eventually("the big result's job to be dead", async () => {
+      const job = await client.getJob(big.id);
+      return job.status === "dead" ? job : undefined;
+    });
+    assert.match(dead.last_error ?? "", /complete refused/);
+    const completes = requests.filter((r) => r.line === "POST /v1/complete").map(ids);
+    assert.deepEqual(completes[0], [big.id, small.id].sort((a, b) => a - b), "one shared first");
+  });
+
   test("a stop during a shared complete hands back what its claim took, once", async (t) => {
     const queue = uniqueQueue("shared-stop");
     const requests: Recorded[] = [];
