@@ -57,8 +57,12 @@ export interface ClientOptions {
    * backoff (5xx, 408, 429 honouring `Retry-After`, timeouts, refused connections); default 3.
    * A connection dropped before the answer is sent again at once besides. */
   retries?: number;
-  /** The `fetch` to send with; default the global one. */
+  /** A `fetch` to send with; by default requests go over Node's `http` with a keep-alive
+   * agent of the client's own. */
   fetch?: typeof fetch;
+  /** The most connections to the service open at once, each kept alive between requests
+   * (without a `fetch`); default unlimited, a worker's `min(concurrency, 16) + 4`. */
+  connections?: number;
   /** Where to log retries and the worker's doings; default: warnings and errors to stderr. */
   logger?: Logger;
 }
@@ -118,12 +122,17 @@ export class Client {
     if (!Number.isInteger(retries) || retries < 0) {
       throw new RangeError("retries must be an integer >= 0");
     }
+    const connections = options.connections;
+    if (connections !== undefined && !(Number.isInteger(connections) && connections >= 1)) {
+      throw new RangeError("connections must be an integer >= 1");
+    }
     this.transport = new Transport({
       baseUrl: options.baseUrl ?? DEFAULT_BASE_URL,
       apiKey: options.apiKey,
       timeoutSeconds,
       retries,
-      fetch: options.fetch ?? globalThis.fetch,
+      fetch: options.fetch,
+      connections,
       logger: options.logger ?? stderrLogger,
       userAgent: USER_AGENT,
     });

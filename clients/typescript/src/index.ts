@@ -5,10 +5,12 @@
  * and speaks the raw worker protocol; `Worker` runs handlers for claimed jobs with batched
  * heartbeats, checkpoints and a graceful stop.
  *
- * Inside: `client` (the calls), `transport` (fetch, timeouts, safe retries), `worker` (claim
- * loop, run / stop / drain), `leases` (heartbeats, checkpoint saves, complete / fail /
- * release), `context` (`JobContext`), `retry`, `errors`, `types` (named wire types generated
- * from the service's openapi.json into `schema`).
+ * Inside: `client` (the calls), `transport` (timeouts, safe retries), `http` (Node's `http` with
+ * a keep-alive pool, or a `fetch` given), `worker` (claim loop, shared completes, run / stop /
+ * drain; its state in `run`), `leases` (heartbeats, checkpoint saves, complete / fail /
+ * release), `failure` (a handler's error as the service records it), `context` (`JobContext`),
+ * `retry`, `errors`, `types` (named wire types generated from the service's openapi.json into
+ * `schema`).
  */
 
 export {
@@ -37,7 +39,7 @@ export {
   WaitTimeout,
   WorkflowWaitTimeout,
 } from "./errors.js";
-export { errorDetail } from "./leases.js";
+export { errorDetail } from "./failure.js";
 export { defaultWorkerId, Worker, type Handler, type WorkerOptions } from "./worker.js";
 export type * from "./types.js";
 export type { components, paths, operations } from "./schema.js";

@@ -22,12 +22,12 @@
 import type { Client } from "./client.js";
 import { JobContext } from "./context.js";
 import { causedBy, JobqError, LeaseLost, NonRetryableError, StopRequested } from "./errors.js";
+import { errorDetail } from "./failure.js";
 import { Backoff, describe, isTransient, pause, retryDelay, sleep } from "./retry.js";
 import type {
   ClaimedJob,
   ClaimNext,
   CompleteItem,
-  ErrorDetail,
   FailItem,
   HeartbeatItem,
   LeaseRef,
@@ -37,15 +37,9 @@ import type {
   SettleResults,
 } from "./types.js";
 
-const MAX_LEASES_PER_CALL = 1000; // the service's limit of lease items per call
+export const MAX_LEASES_PER_CALL = 1000; // the service's limit of lease items per call
 const SAVE_TRIES = 3; // transient failures of a checkpoint's heartbeat before the error is thrown
 const SETTLE_RETRY_SECONDS = 10; // how long complete / fail / release are retried
-const ERROR_TYPE_MAX_CHARS = 200; // the service refuses a longer type name
-const ERROR_TEXT_MAX_CHARS = 65536; // the service's limit of a fail item's error text
-// The service keeps the last 16000 characters of a traceback, as Python's ends with the
-// exception line; a JavaScript stack starts with it, so the client keeps the first ones.
-const TRACEBACK_MAX_CHARS = 16000;
-const CAUSE_DEPTH_MAX = 8;
 
 type SettleOperation = "complete" | "fail" | "release";
 type SettleItem = CompleteItem | FailItem | ReleaseItem;
@@ -295,6 +289,69 @@ export class LeaseKeeper {
     );
   }
 
+  /** Whether the job may be completed in a request shared with other jobs: its handler
+   * returned a JSON result while its lease was held (anything else is settled on its own). */
+  batchable(held: HeldJob, outcome: Outcome): boolean {
+    if (held.lost || held.isForced || outcome.kind !== "returned") return false;
+    try {
+      return JSON.stringify(outcome.value === undefined ? null : outcome.value) !== undefined;
+    } catch {
+      return false; // `complete` fails it, saying why
+    }
+  }
+
+  /**
+   * Completes several jobs, each with its handler's result, in one request; retried as one
+   * job's settle is (`claimNext` only on the first try). Each item's `ok` is its own: a job
+   * whose lease was lost meanwhile is refused by the service and only logged. When the
+   * service refuses the request for good (one result too large, say), each job is completed
+   * on its own, so only the job it refuses is failed. Answers the jobs `claimNext` claimed.
+   */
+  async completeMany(
+    done: readonly { held: HeldJob; value: unknown }[],
+    claimNext?: ClaimNext,
+  ): Promise<ClaimedJob[]> {
+    const items: CompleteItem[] = done.map(({ held, value }) => ({
+      ...held.ref,
+      result: value === undefined ? null : value,
+    }));
+    const deadline = now() + SETTLE_RETRY_SECONDS;
+    const backoff = new Backoff();
+    let ask = claimNext;
+    let answer: SettleResults;
+    for (;;) {
+      const claiming = ask;
+      ask = undefined;
+      try {
+        const options = claiming === undefined ? {} : { claimNext: claiming };
+        answer = await this.client.complete(this.workerId, items, options);
+        break;
+      } catch (error) {
+        if (claiming !== undefined && error instanceof JobqError && !error.transient) {
+          this.refuseClaimNext(error);
+          continue;
+        }
+        if (isTransient(error) && now() < deadline) {
+          this.logger.warn(
+            `worker ${this.workerId}: complete of ${items.length} jobs failed ` +
+              `(${describe(error)}); retrying`,
+          );
+          await sleep(retryDelay(error, backoff));
+          continue;
+        }
+        if (error instanceof JobqError && !error.transient) {
+          // Each on its own: the one the service will not take is failed, saying why.
+          for (const { held, value } of done) await this.complete(held, value, undefined);
+          return [];
+        }
+        throw error;
+      }
+    }
+    done.forEach(({ held }, i) => this.settled(held, "complete", answer.results[i]));
+    this.claimFailed(answer, `completing ${items.length} jobs`);
+    return answer.claimed?.jobs ?? [];
+  }
+
   /** Hands the job back without charging the attempt, claimable again after `delaySeconds`. */
   async release(held: HeldJob, delaySeconds: number, claimNext?: ClaimNext): Promise<ClaimedJob[]> {
     return this.send(held, "release", { delay_seconds: delaySeconds }, claimNext);
@@ -362,8 +419,18 @@ export class LeaseKeeper {
         throw error;
       }
     }
-    const result = answer.results[0];
-    if (result?.ok) {
+    this.settled(held, operation, answer.results[0]);
+    this.claimFailed(answer, `${operation} of job ${held.ref.job_id}`);
+    return answer.claimed?.jobs ?? [];
+  }
+
+  /** Logs what the service said of one settled job: only its own `ok` counts. */
+  private settled(
+    held: HeldJob,
+    operation: SettleOperation,
+    result: LeaseResult | undefined,
+  ): void {
+    if (result?.ok && result.job_id === held.ref.job_id) {
       this.logger.debug(
         `worker ${this.workerId}: job ${held.ref.job_id} ${operation} -> ${String(result.status)}`,
       );
@@ -373,13 +440,15 @@ export class LeaseKeeper {
           lossReason(result),
       );
     }
+  }
+
+  private claimFailed(answer: SettleResults, after: string): void {
     if (answer.claim_error) {
       this.logger.warn(
-        `worker ${this.workerId}: the claim after ${operation} of job ${held.ref.job_id} ` +
-          `failed: ${answer.claim_error.status} ${answer.claim_error.detail}`,
+        `worker ${this.workerId}: the claim after ${after} failed: ` +
+          `${answer.claim_error.status} ${answer.claim_error.detail}`,
       );
     }
-    return answer.claimed?.jobs ?? [];
   }
 
   private post(
@@ -408,44 +477,6 @@ export class LeaseKeeper {
       );
       this.claimNextRefused = true;
     }
-  }
-}
-
-/**
- * An error as `POST /v1/fail` takes it: its type (the error's `name`, or its class's name when
- * the name is the generic `Error`), its message, and its stack followed by its causes' stacks.
- */
-export function errorDetail(error: unknown): ErrorDetail {
-  if (!(error instanceof Error)) {
-    return { type: "NonError", message: `thrown: ${show(error)}`.slice(0, ERROR_TEXT_MAX_CHARS) };
-  }
-  const parts: string[] = [];
-  const seen = new Set<unknown>();
-  for (let e: unknown = error; e !== undefined && parts.length < CAUSE_DEPTH_MAX; ) {
-    if (seen.has(e)) break;
-    seen.add(e);
-    const text = e instanceof Error ? (e.stack ?? `${typeName(e)}: ${e.message}`) : show(e);
-    parts.push(parts.length === 0 ? text : `Caused by: ${text}`);
-    e = e instanceof Error ? e.cause : undefined;
-  }
-  return {
-    type: typeName(error).slice(0, ERROR_TYPE_MAX_CHARS),
-    message: error.message.slice(0, ERROR_TEXT_MAX_CHARS),
-    traceback: parts.join("\n").slice(0, TRACEBACK_MAX_CHARS),
-  };
-}
-
-function typeName(error: Error): string {
-  const constructorName = error.constructor?.name;
-  if (error.name && error.name !== "Error") return error.name;
-  return constructorName || "Error";
-}
-
-function show(value: unknown): string {
-  try {
-    return JSON.stringify(value) ?? String(value);
-  } catch {
-    return String(value);
   }
 }
 

@@ -1,12 +1,13 @@
 /**
- * One HTTP call to the service over `fetch`: JSON in and out, a timeout, error answers as
- * `JobqError`, failures to get an answer as `TransportError`, and the retries that are safe.
+ * One HTTP call to the service (over Node's `http`, or a `fetch` given: see `http`): JSON in
+ * and out, a timeout, error answers as `JobqError`, failures to get an answer as
+ * `TransportError`, and the retries that are safe.
  *
  * Two kinds of retry, both only where sending the request again cannot do its work twice:
  *
  * - a request whose connection broke before any answer came (reset, closed by the peer) is sent
  *   again at once, up to twice. That is the keep-alive race: the server closes an idle pooled
- *   connection just as a request goes out on it; undici drops that socket, so the next try
+ *   connection just as a request goes out on it; the pool drops that socket, so the next try
  *   takes a fresh one. Only requests that are `repeatable` (reads, PUTs, enqueues and workflow
  *   creates carrying their idempotency key, lease calls without a claim) go again: the request
  *   may have been done.
@@ -19,6 +20,7 @@
  */
 
 import { JobqError, TransportError } from "./errors.js";
+import { fetchExchanger, nodeExchanger, type Answer, type Exchanger } from "./http.js";
 import type { Logger, Problem } from "./types.js";
 import { Backoff, describe, isTransient, retryDelay, sleep } from "./retry.js";
 
@@ -33,7 +35,10 @@ export interface TransportOptions {
   apiKey: string | undefined;
   timeoutSeconds: number;
   retries: number;
-  fetch: typeof fetch;
+  /** Sends with this instead of Node's `http`. */
+  fetch: typeof fetch | undefined;
+  /** Node's `http` only: the most connections open at once (unlimited when undefined). */
+  connections: number | undefined;
   logger: Logger;
   userAgent: string;
 }
@@ -53,10 +58,15 @@ export interface RequestOptions {
 /** Sends requests to one service, as `TransportOptions` say. */
 export class Transport {
   private readonly base: string;
+  private readonly exchange: Exchanger;
 
   constructor(private readonly options: TransportOptions) {
     // Concatenated, not resolved, so a base URL with a path (behind a proxy) keeps it.
     this.base = options.baseUrl.replace(/\/+$/, "");
+    this.exchange =
+      options.fetch === undefined
+        ? nodeExchanger(this.base, options.connections)
+        : fetchExchanger(options.fetch);
   }
 
   get logger(): Logger {
@@ -112,34 +122,18 @@ export class Transport {
       headers["content-type"] = "application/json";
       body = JSON.stringify(options.body);
     }
-    const seconds = this.options.timeoutSeconds + Math.max(0, options.waitSeconds ?? 0);
-    const timeout = AbortSignal.timeout(Math.ceil(seconds * 1000));
-    const signal = options.signal ? AbortSignal.any([options.signal, timeout]) : timeout;
-    let response: Response;
-    let text: string;
-    try {
-      response = await this.options.fetch(this.base + path + queryString(options.query), {
-        method,
-        headers,
-        signal,
-        ...(body === undefined ? {} : { body }),
-      });
-      text = await response.text();
-    } catch (error) {
-      if (options.signal?.aborted) throw options.signal.reason;
-      if (timeout.aborted) {
-        throw new TransportError(`${method} ${path}: no answer within ${seconds} s`, "TIMEOUT", {
-          cause: error,
-        });
-      }
-      throw transportError(method, path, error);
-    }
-    if (response.status >= 400) {
-      throw new JobqError(
-        response.status,
-        problemOf(response, text),
-        retryAfter(response.headers.get("retry-after")),
-      );
+    const answer = await this.exchange({
+      method,
+      what: `${method} ${path}`,
+      url: this.base + path + queryString(options.query),
+      headers,
+      body,
+      timeoutSeconds: this.options.timeoutSeconds + Math.max(0, options.waitSeconds ?? 0),
+      signal: options.signal,
+    });
+    const text = answer.text;
+    if (answer.status >= 400) {
+      throw new JobqError(answer.status, problemOf(answer, text), retryAfter(answer.retryAfter));
     }
     if (text === "") return undefined as T;
     try {
@@ -163,27 +157,8 @@ function queryString(query: Query | undefined): string {
   return text === "" ? "" : `?${text}`;
 }
 
-/** fetch's failure (a `TypeError` whose `cause` is undici's or the socket's error) as a
- * `TransportError` with the cause's code; anything else (a malformed URL, say) unchanged. */
-function transportError(method: string, path: string, error: unknown): unknown {
-  if (!(error instanceof TypeError) || error.cause === undefined) return error;
-  const cause = error.cause;
-  const code = codeOf(cause) ?? "UNKNOWN";
-  const message = cause instanceof Error ? cause.message : String(cause);
-  return new TransportError(`${method} ${path}: ${message || code}`, code, { cause });
-}
-
-function codeOf(error: unknown): string | undefined {
-  if (typeof error !== "object" || error === null) return undefined;
-  const code = (error as { code?: unknown }).code;
-  if (typeof code === "string") return code;
-  // Connecting to every address of a name (IPv6 and IPv4) fails as an AggregateError.
-  const errors = (error as { errors?: unknown }).errors;
-  return Array.isArray(errors) ? codeOf(errors[0]) : undefined;
-}
-
 /** The problem+json body of an error answer, or one made up from the status line and text. */
-function problemOf(response: Response, text: string): Problem {
+function problemOf(response: Answer, text: string): Problem {
   let body: unknown;
   try {
     body = JSON.parse(text);

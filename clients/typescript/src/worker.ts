@@ -13,8 +13,12 @@
  *   (returned), fail (threw) or release (stopped) the job. A job of a type the worker has no
  *   handler for is released for `unknownTypeDelaySeconds`, never failed. Unless stopping, that
  *   same request claims the worker's next jobs (`claim_next`, without waiting) for the slot it
- *   frees and any other free one, so a busy worker makes one request per job; the claim loop
- *   long-polls only for slots nobody is claiming for already.
+ *   frees and any other free one; the claim loop long-polls only for slots nobody is claiming
+ *   for already;
+ * - completes are shared (`Run.completeShared`): one request at a time carries every job whose
+ *   handler returned since the last one went out, and claims for all the slots that frees, so a
+ *   wide worker makes one request per batch, not per job. Fails and releases go one job per
+ *   request.
  *
  * Stopping (`stop()`, SIGTERM or SIGINT): claiming stops at once (the long-poll in flight is
  * aborted), every running context says `stopping`, and a handler's next `saveCheckpoint` saves
@@ -31,14 +35,12 @@ import { Client, stderrLogger, WAIT_SECONDS_MAX, type ClientOptions } from "./cl
 import type { JobContext } from "./context.js";
 import { LeaseKeeper, type HeldJob, type Outcome } from "./leases.js";
 import { Backoff, describe, isTransient, pause, retryDelay } from "./retry.js";
-import type { ClaimedJob, ClaimNext, Logger } from "./types.js";
+import { Run, type Ask } from "./run.js";
+import type { ClaimedJob, Logger } from "./types.js";
 
 /** Handles one job: its return value (any JSON) completes the job, a throw fails it. The
  * payload type is the handler's own declaration, not checked against the job. */
 export type Handler<Payload = any> = (ctx: JobContext<Payload>) => unknown;
-
-/** A `claim_next` as the worker sends it: `max_jobs` always set, as its slots are reserved. */
-type Ask = ClaimNext & { max_jobs: number };
 
 const MAX_CLAIM_JOBS = 100; // the service's per-claim limit
 const MAX_RELEASE_DELAY_SECONDS = 30 * 24 * 3600; // the service's limit of a release's delay
@@ -77,58 +79,6 @@ export interface WorkerOptions extends Omit<ClientOptions, "retries" | "timeoutS
 /** A worker id naming this host and process, plus a random part so two never share one. */
 export function defaultWorkerId(): string {
   return `${hostname()}:${process.pid}:${randomBytes(3).toString("hex")}`;
-}
-
-/** Wakes everyone waiting, each time it fires; a wait also ends when its signal aborts. */
-class Trigger {
-  private readonly waiters = new Set<() => void>();
-
-  fire(): void {
-    const waiting = [...this.waiters];
-    this.waiters.clear();
-    for (const wake of waiting) wake();
-  }
-
-  wait(signal: AbortSignal): Promise<void> {
-    return new Promise((resolve) => {
-      if (signal.aborted) {
-        resolve();
-        return;
-      }
-      const wake = (): void => {
-        signal.removeEventListener("abort", wake);
-        this.waiters.delete(wake);
-        resolve();
-      };
-      this.waiters.add(wake);
-      signal.addEventListener("abort", wake, { once: true });
-    });
-  }
-}
-
-/** What one `run()` owns; a new one for each run. */
-class Run {
-  /** Aborted when the stop begins: ends claiming (the long-poll in flight too). */
-  readonly stop = new AbortController();
-  /** Aborted by a second stop request: ends the grace period. */
-  readonly graceOver = new AbortController();
-  /** Aborted once every job is settled: ends the heartbeats. */
-  readonly heartbeatsOver = new AbortController();
-  readonly slotFree = new Trigger();
-  readonly supervisors = new Set<Promise<void>>();
-  /** Slots asked for by claims in flight: the claim loop's, and those riding on settle calls. */
-  claiming = 0;
-  /** Held jobs whose settle call claims for their slot (so counted in `claiming` instead). */
-  handingOver = 0;
-
-  constructor(
-    readonly client: Client,
-    readonly leases: LeaseKeeper,
-  ) {}
-
-  get stopping(): boolean {
-    return this.stop.signal.aborted;
-  }
 }
 
 /** Runs registered handlers for claimed jobs, keeping their leases alive with heartbeats. */
@@ -192,6 +142,9 @@ export class Worker {
     this.logger = options.logger ?? stderrLogger;
     this.clientOptions = {
       ...pick(options, "baseUrl", "apiKey", "fetch"),
+      // Whatever the concurrency only a few requests are out at once: the claim's long-poll, a
+      // heartbeat, one shared complete, and the checkpoints, fails and releases of single jobs.
+      connections: options.connections ?? Math.min(concurrency, 16) + 4,
       logger: this.logger,
       // A request that takes longer than the lease is of no use to a worker.
       timeoutSeconds: Math.max(2, Math.min(30, leaseSeconds)),
@@ -242,7 +195,10 @@ export class Worker {
       heartbeatIntervalSeconds: this.heartbeatIntervalSeconds,
       logger: this.logger,
     });
-    const run = new Run(client, leases);
+    const run: Run = new Run(client, leases, {
+      claimForBatch: () => this.claimNextForBatch(run),
+      take: (jobs) => this.take(run, jobs),
+    });
     this.current = run;
     const removeSignalHandlers = this.handleSignals
       ? this.installSignalHandlers()
@@ -470,6 +426,11 @@ export class Worker {
       } else {
         const outcome = await Promise.race([runHandler(handler, held.ctx), held.forced]);
         held.ended = true;
+        if (outcome.kind === "returned" && run.leases.batchable(held, outcome)) {
+          // Carried by a complete shared with every job that returned meanwhile.
+          await run.completeShared(held, outcome.value);
+          return;
+        }
         ask = this.claimNextFor(run);
         settling = run.leases.settle(held, outcome, ask);
       }
@@ -490,6 +451,16 @@ export class Worker {
       run.leases.drop(held);
       run.slotFree.fire();
     }
+  }
+
+  /** The claim a shared complete makes for every free slot (its own jobs' among them: they
+   * count in `handingOver`), reserved until it is answered; `undefined` while stopping. */
+  private claimNextForBatch(run: Run): Ask | undefined {
+    if (!this.claimNext || run.stopping || run.leases.claimNextRefused) return undefined;
+    const free = Math.min(this.free(run), MAX_CLAIM_JOBS);
+    if (free <= 0) return undefined;
+    run.claiming += free;
+    return { queues: [...this.queues], max_jobs: free, lease_seconds: this.leaseSeconds };
   }
 }
 

@@ -96,6 +96,8 @@ export class DroppingProxy {
   /** The first line of every request passed on (`POST /v1/claim HTTP/1.1`). */
   readonly requests: string[] = [];
   dropped = 0;
+  /** Connections the proxy accepted (each a connection the client opened). */
+  accepted = 0;
   private readonly server = net.createServer((socket) => this.accept(socket));
   private readonly sockets = new Set<net.Socket>();
 
@@ -124,6 +126,7 @@ export class DroppingProxy {
   }
 
   private accept(client: net.Socket): void {
+    this.accepted += 1;
     const upstream = net.connect(Number(this.upstream.port), this.upstream.hostname);
     this.sockets.add(client).add(upstream);
     let answered = false; // an answer went back: the client's next bytes reuse the connection
@@ -168,3 +171,32 @@ export class DroppingProxy {
     });
   }
 }
+
+/** One request as `RecordingFetch` saw it: `POST /v1/complete` and its JSON body. */
+export interface Recorded {
+  line: string;
+  body: { leases?: { job_id: number }[]; claim_next?: { max_jobs: number } } | undefined;
+}
+
+/**
+ * A `fetch` that passes every request on to the global one and records it with its body, so a
+ * test can count a request's items; `before` runs as each request goes out (a test's hook to
+ * act while it is in flight).
+ */
+export function recordingFetch(
+  requests: Recorded[],
+  before: (request: Recorded) => void = () => undefined,
+): typeof fetch {
+  return async (input, init) => {
+    const url = new URL(String(input));
+    const text = typeof init?.body === "string" ? init.body : undefined;
+    const request = {
+      line: `${init?.method ?? "GET"} ${url.pathname}`,
+      body: text === undefined ? undefined : (JSON.parse(text) as Recorded["body"]),
+    };
+    requests.push(request);
+    before(request);
+    return fetch(input, init);
+  };
+}
+

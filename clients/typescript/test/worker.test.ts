@@ -64,7 +64,7 @@ function chargeCard(): never {
 }
 
 describe("worker", () => {
-  test("completes jobs with their handler's result, one request per job when busy", async (t) => {
+  test("completes jobs with their handler's result, several in one request", async (t) => {
     const queue = uniqueQueue("complete");
     const proxy = await DroppingProxy.start(serverUrl());
     t.after(() => proxy.close());
@@ -84,7 +84,8 @@ describe("worker", () => {
       assert.equal(done.status, "succeeded");
       assert.deepEqual(done.result, { doubled: n * 2, attempt: 1 });
     }
-    assert.equal(proxy.count("POST /v1/complete"), 12);
+    // Both slots' handlers return in the same turn: one request completes the two jobs.
+    assert.ok(proxy.count("POST /v1/complete") < 12, `${proxy.count("POST /v1/complete")}`);
     // Settling claims the next jobs in the same request: the claim loop asks only now and then.
     assert.ok(proxy.count("POST /v1/claim") < 6, `${proxy.count("POST /v1/claim")} claims`);
   });
