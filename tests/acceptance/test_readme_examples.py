@@ -852,6 +852,31 @@ async def check_prometheus(tour: Tour, block: Block) -> None:
     assert response.status_code == 200 and "jobq_build_info" in response.text
 
 
+RULE_KEYS = {"alert", "expr", "for", "labels", "annotations"}
+
+
+async def check_alert_rules(tour: Tour, block: Block) -> None:
+    """Prometheus rules: the file's shape, and every jobq_ series an expr names exists."""
+    rules = yaml.safe_load(block.text)
+    assert set(rules) == {"groups"}, rules
+    scraped = (await tour.http.get("/metrics")).text
+    exposed: set[str] = set()
+    for name, kind in re.findall(r"^# TYPE (jobq_\w+) (\w+)$", scraped, re.MULTILINE):
+        exposed.add(name)
+        if kind == "histogram":
+            exposed.update(f"{name}_{part}" for part in ("bucket", "sum", "count"))
+    named = 0
+    for group in rules["groups"]:
+        assert set(group) == {"name", "rules"}, group
+        for rule in group["rules"]:
+            assert {"alert", "expr"} <= set(rule) <= RULE_KEYS, rule
+            assert re.fullmatch(r"[A-Z][A-Za-z]+", rule["alert"]), rule["alert"]
+            for series in re.findall(r"\b(jobq_\w+)", rule["expr"]):
+                assert series in exposed, f"{rule['alert']}: {series} is not exposed"
+                named += 1
+    assert named >= 5
+
+
 LOG_FIELDS = {"time", "level", "event", "message", "logger"}
 
 
@@ -997,6 +1022,7 @@ CHECKS: dict[str, Check] = {
     ),
     "[[schedules]]": check_schedules_file,
     "# prometheus.yml": check_prometheus,
+    "# jobq-alerts.yml": check_alert_rules,
     '{"time":"2026-12-01T14:28:30.580Z","level":"info","event":"http.request","message":"127.0.0.1:59084 - \\"GET /v1/jobs/999999 HTTP/1.1\\" 404 in 15.0 ms","logger":"jobq.access","client":"127.0.0.1:59084","method":"GET","path":"/v1/jobs/999999","http_version":"1.1","status_code":404,"duration_ms":15.0,"request_id":"p-1"}': (
         check_log_lines
     ),
