@@ -2,8 +2,8 @@
 
 Two pools: the SQLAlchemy engine (reads, ops actions, maintenance, migrations) and an asyncpg
 pool for the statements on the hot path (enqueue, claim, lease calls), which run prepared on the
-driver with its statement cache and none of SQLAlchemy's per-call machinery (measured: about
-half the CPU per statement). Both connect as ``application_name = 'jobq'``.
+driver with its statement cache and none of SQLAlchemy's per-call machinery (why:
+docs/adr/0002-hot-path-on-the-driver-pool.md). Both connect as ``application_name = 'jobq'``.
 
 Behind a transaction-mode pooler both pools run with their statement caches off
 (``statement_cache=False``), and the control connection takes the direct URL. A URL may list

@@ -1,8 +1,8 @@
 """The one connection type every store method takes, over either driver the process uses.
 
 The hot statements (enqueue, claim, the lease calls) run on asyncpg connections from the driver
-pool, prepared and cached by the driver with none of SQLAlchemy's per-call machinery (measured:
-about half the CPU per statement); everything else runs on SQLAlchemy connections. A store
+pool, prepared and cached by the driver with none of SQLAlchemy's per-call machinery
+(docs/adr/0002-hot-path-on-the-driver-pool.md); everything else runs on SQLAlchemy connections. A store
 method does not care which: it names its statement and hands its parameters to :class:`Conn`,
 and the unit of work decides which pool a call runs on. The Core builders (listings, counts,
 bulk batches) run on a SQLAlchemy connection only.
