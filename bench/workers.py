@@ -1,16 +1,18 @@
-"""``python -m bench.workers``: ``jobq_client.Worker`` against bare HTTP loops, same server, same run.
+"""``python -m bench.workers``: the Python, TypeScript and Go Workers against bare HTTP loops, same server, same run.
 
     python -m bench.workers                       # embedded PostgreSQL, 3 rounds
     python -m bench.workers --smoke               # a short run (300 jobs, one round)
     python -m bench.workers --dsn postgresql://postgres@127.0.0.1:5432/postgres --json w.json
+    python -m bench.workers --before-commit 3f55118   # every client before and after, one sitting
 
 One real `jobq serve` (``bench/harness.py``) serves every run. For each concurrency N of
 ``--concurrency`` (1, 16, 128) and each handler (``noop``, ``sleep1ms``: ``asyncio.sleep(0.001)``)
 a queue is pre-loaded with ``--jobs`` jobs and drained by a separate load process
 (``python -m bench.workers_load``): by a bare loop (N tasks of claim one, run, complete) over
 one shared ``httpx.AsyncClient`` ("bare") or over the bench's lean asyncio-streams client, a
-connection per task ("lean": what a hand-written aiohttp loop moves), or by
-``Worker(concurrency=N)``. Runs interleave over ``--rounds`` rounds (odd rounds run the modes in
+connection per task ("lean": what a hand-written aiohttp loop moves), by
+``Worker(concurrency=N)``, or by the TypeScript and Go clients' Workers (``--clients``; each run
+by its contract driver, built by the bench: npm and go). Runs interleave over ``--rounds`` rounds (odd rounds run the modes in
 reverse order), so drift on a shared machine hits all alike; the table shows medians: jobs/s,
 Worker ÷ each bare loop, and CPU ms per job of the load process
 (its own ``time.process_time``) and of the server (``/proc``, ``bench/procstat.py``).
@@ -20,6 +22,8 @@ Every run is verified in the database: each pre-loaded job succeeded, was claime
 ``--before DIR`` also runs, interleaved with the others, the Worker of another ``jobq_client`` (an
 earlier commit's: ``git archive <commit> jobq_client | tar -x -C DIR``): before and after in one
 sitting.
+``--before-commit REV`` does the same for all three clients: ``jobq_client`` and ``clients/`` of
+that commit (``git archive``), the TypeScript and Go ones built with this checkout's drivers.
 ``--profile DIR`` writes each run's cProfile stats there (``python -m pstats``).
 Speed is reported, never asserted.
 """
@@ -30,7 +34,9 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -88,6 +94,11 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--profile", type=Path, help="write each run's cProfile stats here (a folder)")
     p.add_argument(
+        "--before-commit",
+        help="also run the Workers of this commit's three clients (git archive; each driven by "
+        "this checkout's driver): before and after in one sitting; sets --before",
+    )
+    p.add_argument(
         "--clients",
         default="python,typescript,go",
         help="whose Workers run (python,typescript,go); the other two through their contract "
@@ -96,24 +107,51 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def drivers(clients: list[str], out_dir: Path) -> dict[str, list[str]]:
-    """The argv of each other client's contract driver, built now; a client that cannot be
-    built here is left out, saying why."""
+def drivers(clients: list[str], out_dir: Path, before: Path | None = None) -> dict[str, list[str]]:
+    """The argv of each other client's contract driver, built now (and of the earlier clients in
+    ``before``, as ``<client>-before``); a client that cannot be built here is left out, saying
+    why."""
     # The contract suite's own build steps (tests/contract/drivers.py), which report a failure
     # the pytest way: as pytest's outcome exceptions.
     import pytest
 
     from tests.contract.drivers import build_driver
 
+    wanted = [(client, client, ROOT / "clients") for client in clients if client != "python"]
+    if before is not None:
+        wanted += [(f"{c}-before", c, before / "clients") for c in clients if c != "python"]
     built: dict[str, list[str]] = {}
-    for client in clients:
-        if client == "python":
-            continue
+    for mode, client, folder in wanted:
+        binaries = out_dir / mode
+        binaries.mkdir(parents=True, exist_ok=True)
         try:
-            built[client] = build_driver(client, out_dir)
+            built[mode] = build_driver(client, binaries, folder)
         except (pytest.fail.Exception, pytest.skip.Exception) as exc:
-            print(f"{client}: its driver could not be built, left out: {exc}", flush=True)
+            print(f"{mode}: its driver could not be built, left out: {exc}", flush=True)
     return built
+
+
+# This checkout's drivers, copied into an earlier commit's clients so that both run the same
+# handlers (noop, sleep1ms) through each client's public API.
+DRIVER_SOURCES = (
+    "clients/typescript/src/contract/driver.ts",
+    "clients/go/cmd/jobq-contract-driver/main.go",
+)
+
+
+def earlier_clients(commit: str, into: Path) -> Path:
+    """``jobq_client`` and ``clients/`` as ``commit`` had them, with this checkout's drivers."""
+    into.mkdir(parents=True)
+    archive = subprocess.run(
+        ["git", "archive", commit, "jobq_client", "clients"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    for source in DRIVER_SOURCES:
+        shutil.copyfile(ROOT / source, into / source)
+    return into
 
 
 async def preload(base: str, queue: str, jobs: int, type_: str) -> list[int]:
@@ -182,17 +220,33 @@ def cells(of: dict[str, list[dict[str, Any]]], key: str, form: str) -> str:
     return "".join(f"{median(runs, key):9{form}}" for runs in of.values())
 
 
+LABELS = {
+    "bare": "httpx",
+    "lean": "lean",
+    "worker": "py",
+    "before": "py-0",
+    "typescript": "ts",
+    "typescript-before": "ts-0",
+    "go": "go",
+    "go-before": "go-0",
+}
+
+
 def table(runs: list[dict[str, Any]], concurrencies: list[int]) -> str:
     """Medians per concurrency and handler: jobs/s, each Worker ÷ each bare loop, client and
     server CPU per job."""
     modes = [mode for mode in MODES if any(r["mode"] == mode for r in runs)]
     workers = [mode for mode in WORKER_MODES if mode in modes]
-    bares = [mode for mode in ("bare", "lean") if mode in modes]
+    # Against the lean loop only: the stand-in for a hand-written aiohttp loop, the issue's bound
+    # (the httpx loop pays httpx's own cost per request; its jobs/s are in the first columns).
+    bares = [mode for mode in ("lean",) if mode in modes] or [m for m in ("bare",) if m in modes]
     width = 9 * len(modes)
-    heads = "".join(f"{mode[:8]:>9}" for mode in modes)
-    ratio_heads = "".join(f"{w[:6] + '/' + b[:1]:>9}" for w in workers for b in bares)
+    heads = "".join(f"{LABELS[mode]:>9}" for mode in modes)
+    ratio_heads = "".join(f"{LABELS[w]:>7}" for w in workers for b in bares)
     lines = [
-        f"{'':15}{'jobs/s':^{width}}  {'Worker ÷ bare (b: httpx, l: lean)':^{len(ratio_heads)}}"
+        "(py: jobq_client's Worker, ts: TypeScript's, go: Go's; -0: --before's; httpx and lean:",
+        " the bare loops)",
+        f"{'':15}{'jobs/s':^{width}}  {'÷ ' + LABELS[bares[0]]:^{len(ratio_heads)}}"
         f"  {'client CPU ms/job':^{width}}  {'server CPU ms/job':^{width}}",
         f"  N  handler    {heads}  {ratio_heads}  {heads}  {heads}",
     ]
@@ -209,7 +263,7 @@ def table(runs: list[dict[str, Any]], concurrencies: list[int]) -> str:
             if not all(of.values()):
                 continue
             ratios = "".join(
-                f"{median(of[w], 'jobs_per_s') / median(of[b], 'jobs_per_s'):9.2f}"
+                f"{median(of[w], 'jobs_per_s') / median(of[b], 'jobs_per_s'):7.2f}"
                 for w in workers
                 for b in bares
             )
@@ -230,7 +284,11 @@ async def run(url: str, args: argparse.Namespace, concurrencies: list[int]) -> i
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
     clients = [part.strip() for part in args.clients.split(",") if part.strip()]
-    built = drivers(clients, args.scratch)
+    before_clients = None
+    if args.before_commit:
+        before_clients = earlier_clients(args.before_commit, args.scratch / "before")
+        args.before = before_clients
+    built = drivers(clients, args.scratch / "drivers", before_clients)
     admin = await asyncpg.connect(raw_dsn(url))
     try:
         async with jobq_process(url) as served:

@@ -49,7 +49,9 @@ from bench.http import Connection, HttpError
 HANDLERS = ("noop", "sleep1ms")
 # "before": the Worker of another jobq_client (``client`` names its folder), run as "worker" is.
 PYTHON_MODES = ("bare", "lean", "worker", "before")
-DRIVEN_MODES = ("typescript", "go")  # the other clients' Workers, through their drivers
+# The other clients' Workers, through their drivers; "-before": an earlier commit's client
+# (``--before-commit``) driven by this checkout's driver.
+DRIVEN_MODES = ("typescript", "go", "typescript-before", "go-before")
 MODES = PYTHON_MODES + DRIVEN_MODES
 WORKER_MODES = ("worker", "before", *DRIVEN_MODES)  # what the table sets against the bare loops
 SETTLED_POLL_SECONDS = 0.005
@@ -287,8 +289,7 @@ async def run(args: dict[str, Any]) -> dict[str, Any]:
         "lean": lean,
         "worker": worker,
         "before": worker,
-        "typescript": driven,
-        "go": driven,
+        **dict.fromkeys(DRIVEN_MODES, driven),
     }[args["mode"]]
     profile = args.get("profile")
     profiler = cProfile.Profile() if profile else None

@@ -61,4 +61,10 @@ def test_bench_workers_smoke_runs_and_verifies(pg_server_url: str, tmp_path: Pat
         for handler in ("noop", "sleep1ms")
         for mode in ("bare", "lean", "worker", "before", "typescript", "go")
     }
-    assert all(r["jobs_per_s"] > 0 and r["client_cpu_ms_per_job"] > 0 for r in runs)
+    assert all(r["jobs_per_s"] > 0 for r in runs)
+    # The Python modes' CPU is their own process's (process_time); a driver's is read from /proc
+    # in clock ticks (10 ms), which 60 fast jobs may not fill.
+    assert all(
+        r["client_cpu_ms_per_job"] > 0 for r in runs if r["mode"] not in ("typescript", "go")
+    )
+    assert all(r["client_cpu_ms_per_job"] >= 0 for r in runs)

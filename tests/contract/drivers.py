@@ -91,17 +91,18 @@ def run_build(argv: Sequence[str], cwd: Path, env: Mapping[str, str] | None = No
         )
 
 
-def build_typescript() -> list[str]:
-    """Installs the TypeScript client's dev dependencies when its lock file changed, builds it."""
+def build_typescript(directory: Path = TYPESCRIPT_DIR) -> list[str]:
+    """Installs the TypeScript client's dev dependencies when its lock file changed, builds it
+    (this checkout's, or the client in ``directory``: an earlier commit's, for the bench)."""
     node = node_binary()
     npm = npm_command(node)
     env = {"PATH": f"{Path(node).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    installed = TYPESCRIPT_DIR / "node_modules" / ".package-lock.json"
-    lock = TYPESCRIPT_DIR / "package-lock.json"
+    installed = directory / "node_modules" / ".package-lock.json"
+    lock = directory / "package-lock.json"
     if not installed.is_file() or installed.stat().st_mtime < lock.stat().st_mtime:
-        run_build([*npm, "ci", "--no-audit", "--no-fund"], TYPESCRIPT_DIR, env)
-    run_build([*npm, "run", "build"], TYPESCRIPT_DIR, env)
-    return [node, str(TYPESCRIPT_DIR / "dist" / "contract" / "driver.js")]
+        run_build([*npm, "ci", "--no-audit", "--no-fund"], directory, env)
+    run_build([*npm, "run", "build"], directory, env)
+    return [node, str(directory / "dist" / "contract" / "driver.js")]
 
 
 def go_binary() -> str | None:
@@ -111,7 +112,7 @@ def go_binary() -> str | None:
     )
 
 
-def build_go(out_dir: Path) -> list[str]:
+def build_go(out_dir: Path, directory: Path = GO_DIR) -> list[str]:
     """Builds the Go client's driver (standard library only: nothing is downloaded)."""
     go = go_binary()
     if go is None:
@@ -120,20 +121,21 @@ def build_go(out_dir: Path) -> list[str]:
     binary = out_dir / "jobq-contract-driver"
     run_build(
         [go, "build", "-o", str(binary), "./cmd/jobq-contract-driver"],
-        GO_DIR,
+        directory,
         {"GOFLAGS": "-mod=mod", "GOPROXY": "off"},
     )
     return [str(binary)]
 
 
-def build_driver(client: str, out_dir: Path) -> list[str]:
-    """The argv that runs ``client``'s driver, built first where it needs building."""
+def build_driver(client: str, out_dir: Path, clients: Path = REPO_ROOT / "clients") -> list[str]:
+    """The argv that runs ``client``'s driver, built first where it needs building (from the
+    ``clients`` folder given: this checkout's by default)."""
     if client == "python":
         return [sys.executable, str(REPO_ROOT / "tests" / "contract" / "python_driver.py")]
     if client == "typescript":
-        return build_typescript()
+        return build_typescript(clients / "typescript")
     if client == "go":
-        return build_go(out_dir)
+        return build_go(out_dir, clients / "go")
     raise ValueError(client)
 
 
