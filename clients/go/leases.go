@@ -85,14 +85,18 @@ func (k *leaseKeeper) hold(job *Job, base context.Context) *heldJob {
 	return h
 }
 
-// drop stops keeping the job's lease: it was settled, given up or handed back.
-func (k *leaseKeeper) drop(h *heldJob) {
+// drop stops keeping the jobs' leases: they were settled, given up or handed back.
+func (k *leaseKeeper) drop(jobs []*heldJob) {
 	k.mu.Lock()
-	if k.held[h.ref] == h {
-		delete(k.held, h.ref)
+	for _, h := range jobs {
+		if k.held[h.ref] == h {
+			delete(k.held, h.ref)
+		}
 	}
 	k.mu.Unlock()
-	h.cancel() // releases the context's resources; the handler has returned
+	for _, h := range jobs {
+		h.cancel() // releases the context's resources; the handler has returned
+	}
 }
 
 // jobs answers the jobs held now.

@@ -133,23 +133,16 @@ func (w *Worker) take(rs *workerRun, jobs []*Job, reserved int) {
 
 // -- one job --------------------------------------------------------------------------------
 
-// supervise runs the job's handler, then has the job settled by what became of it.
+// supervise runs the job's handler, then has the job settled by what became of it: a job
+// whose handler returned a result joins the shared completes (completes.go), any other is
+// settled in a request of its own.
 func (w *Worker) supervise(rs *workerRun, h *heldJob) {
 	var next *ClaimParams
+	shared := false
 	defer func() {
-		rs.keeper.drop(h)
-		w.mu.Lock()
-		rs.holding--
-		if next != nil {
-			rs.handingOver--
+		if !shared { // else the shared complete that carries the job finishes it
+			w.finish(rs, []*heldJob{h}, next != nil)
 		}
-		w.mu.Unlock()
-		select { // wake the claim loop
-		case rs.slotFree <- struct{}{}:
-		default:
-		}
-		close(h.finished)
-		rs.wg.Done()
 	}()
 	job := h.jc.Job
 	handler := w.handler(job.Type)
@@ -167,9 +160,37 @@ func (w *Worker) supervise(rs *workerRun, h *heldJob) {
 		return
 	}
 	result, err := call(h.ctx, handler, h.jc)
+	if err == nil {
+		if encoded, ok := rs.keeper.completable(h, result); ok {
+			shared = true
+			w.completeShared(rs, h, encoded)
+			return
+		}
+	}
 	next = w.claimNext(rs)
 	claimed := rs.keeper.settle(h, result, err, next)
 	w.take(rs, claimed, reservedBy(next))
+}
+
+// finish ends the worker's hold on settled (or given up) jobs: their slots are free, the claim
+// loop is woken and Run stops waiting for them. handedOver: a claim rode on their settle call,
+// which counted their slots as free while it was in flight.
+func (w *Worker) finish(rs *workerRun, jobs []*heldJob, handedOver bool) {
+	rs.keeper.drop(jobs)
+	w.mu.Lock()
+	rs.holding -= len(jobs)
+	if handedOver {
+		rs.handingOver -= len(jobs)
+	}
+	w.mu.Unlock()
+	select { // wake the claim loop
+	case rs.slotFree <- struct{}{}:
+	default:
+	}
+	for _, h := range jobs {
+		close(h.finished)
+	}
+	rs.wg.Add(-len(jobs))
 }
 
 func reservedBy(next *ClaimParams) int {

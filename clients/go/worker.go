@@ -125,6 +125,9 @@ type workerRun struct {
 	holding     int // jobs held
 	claiming    int // slots asked for by claims in flight (the loop's and claim_next's)
 	handingOver int // held jobs whose settle call claims for their own slot
+
+	toComplete []sharedComplete // jobs waiting for the next shared complete (completes.go)
+	completing bool             // a supervisor is sending the shared completes
 }
 
 // NewWorker answers a worker using client, or an error when cfg is invalid.
