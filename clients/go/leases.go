@@ -19,11 +19,12 @@ import (
 //     lost job is left out of later heartbeats and never completed, failed or released.
 //   - Checkpoints: JobContext.SaveCheckpoint is one heartbeat for that lease carrying the
 //     checkpoint, so it is stored only while the lease is held.
-//   - Settling: once a handler has returned, settle completes, fails or releases its job,
-//     retrying transient errors for a while. Only ok in an answer decides anything. The call
-//     may claim the worker's next jobs too (claim_next): only its first try carries the claim
-//     (a repeat could lease jobs twice whose first answer was lost), and an error answer to it
-//     is sent again without, so the job is settled whatever the claim met.
+//   - Settling: once a handler has returned, settle completes, fails or releases its job (or
+//     completeMany completes it with others, see completes.go), retrying transient errors for
+//     a while. Only ok in an answer decides anything, item by item. The call may claim the
+//     worker's next jobs too (claim_next): only its first try carries the claim (a repeat
+//     could lease jobs twice whose first answer was lost), and an error answer to it is sent
+//     again without, so the job is settled whatever the claim met.
 
 const (
 	maxLeasesPerCall = 1000             // the service's limit of lease items per call

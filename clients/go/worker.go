@@ -25,8 +25,12 @@ import (
 //     fail (returned an error, or panicked) or release (stopped) the job. A job of a type the
 //     worker has no handler for is released for UnknownTypeDelay, never failed. Unless
 //     stopping, that same request claims the worker's next jobs (claim_next, without waiting)
-//     for the slot it frees and any other free one, so a busy worker makes one request per
-//     job; the claim loop long-polls only for slots no settle call is claiming for already.
+//     for the slots it frees and any other free one; the claim loop long-polls only for slots
+//     no settle call is claiming for already;
+//   - completes are shared (completes.go): one request at a time carries every job whose
+//     handler returned since the one before went out, and claims for all the slots they free,
+//     so a wide, busy worker makes one request per batch, not per job. Fails and releases go
+//     one job per request.
 //
 // Stopping (Run's context done, or Stop): claiming stops at once, every JobContext reports
 // Stopping, and a handler's next SaveCheckpoint saves and then answers ErrStopRequested,
