@@ -11,9 +11,9 @@ import (
 // every job whose handler returned a result since the one before went out (up to the
 // service's per-call limit); while it is out, the next batch grows, so a wide, busy worker
 // makes one request per batch, not one per job. Its claim_next asks for every free slot, the
-// batch's own among them. No goroutine waits for it: the supervisor that finds none in flight
-// sends it, and goes on sending while jobs keep coming. Fails and releases, and results that
-// are not JSON (failed instead), go one job per request (settle in leases.go).
+// batch's own among them. One goroutine, the run's completer, sends them; a supervisor queues
+// its job and ends. Fails and releases, and results that are not JSON (failed instead), go one
+// job per request (settle in leases.go).
 //
 // Ownership: only a job whose lease was still held when its handler returned joins a batch
 // (once its handler has returned, a heartbeat's ok: false no longer touches it: the complete
@@ -43,16 +43,29 @@ func (k *leaseKeeper) completable(h *heldJob, result any) (json.RawMessage, bool
 	return encoded, true
 }
 
-// completeShared queues the job's complete; the caller sends the queue itself when no shared
-// complete is in flight.
+// completeShared queues the job's complete for the run's completer.
 func (w *Worker) completeShared(rs *workerRun, h *heldJob, result json.RawMessage) {
 	w.mu.Lock()
 	rs.toComplete = append(rs.toComplete, sharedComplete{h, result})
-	send := !rs.completing
-	rs.completing = true
 	w.mu.Unlock()
-	if send {
-		w.sendCompletes(rs)
+	select {
+	case rs.completeQueued <- struct{}{}:
+	default: // the completer has been told already
+	}
+}
+
+// runCompleter sends the shared completes until quit is closed and the queue is empty. One
+// goroutine for the whole run, rather than whichever supervisor found the queue empty: its
+// stack, grown once by the HTTP call and the decoding of its answer, stays grown.
+func (w *Worker) runCompleter(rs *workerRun, quit <-chan struct{}) {
+	for {
+		select {
+		case <-rs.completeQueued:
+			w.sendCompletes(rs)
+		case <-quit:
+			w.sendCompletes(rs)
+			return
+		}
 	}
 }
 
@@ -66,7 +79,6 @@ func (w *Worker) sendCompletes(rs *workerRun) {
 		w.mu.Lock()
 		n := len(rs.toComplete)
 		if n == 0 {
-			rs.completing = false
 			w.mu.Unlock()
 			return
 		}

@@ -130,8 +130,8 @@ type workerRun struct {
 	claiming    int // slots asked for by claims in flight (the loop's and claim_next's)
 	handingOver int // held jobs whose settle call claims for their own slot
 
-	toComplete []sharedComplete // jobs waiting for the next shared complete (completes.go)
-	completing bool             // a supervisor is sending the shared completes
+	toComplete     []sharedComplete // jobs waiting for the next shared complete (completes.go)
+	completeQueued chan struct{}    // toComplete may have grown (buffered, 1)
 }
 
 // NewWorker answers a worker using client, or an error when cfg is invalid.
@@ -282,6 +282,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		defer close(heartbeatsDone)
 		rs.keeper.runHeartbeats(heartbeatCtx)
 	}()
+	completerQuit, completerDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(completerDone)
+		w.runCompleter(rs, completerQuit)
+	}()
 	claimCtx, cancelClaim := context.WithCancel(rs.base)
 	w.mu.Lock()
 	rs.cancelClaim = cancelClaim
@@ -306,6 +311,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		fatal = <-claimDone
 	}
 	w.drain(rs)
+	close(completerQuit)
+	<-completerDone
 	stopHeartbeats()
 	<-heartbeatsDone
 	w.logf("worker %s stopped", w.cfg.WorkerID)
@@ -323,6 +330,8 @@ func (w *Worker) startRun(ctx context.Context) (*workerRun, error) {
 		stopping:  make(chan struct{}),
 		graceOver: make(chan struct{}),
 		slotFree:  make(chan struct{}, 1),
+
+		completeQueued: make(chan struct{}, 1),
 	}
 	rs.keeper = newLeaseKeeper(w, rs.stopping)
 	if w.stopPending {
