@@ -19,11 +19,12 @@ import (
 //     lost job is left out of later heartbeats and never completed, failed or released.
 //   - Checkpoints: JobContext.SaveCheckpoint is one heartbeat for that lease carrying the
 //     checkpoint, so it is stored only while the lease is held.
-//   - Settling: once a handler has returned, settle completes, fails or releases its job,
-//     retrying transient errors for a while. Only ok in an answer decides anything. The call
-//     may claim the worker's next jobs too (claim_next): only its first try carries the claim
-//     (a repeat could lease jobs twice whose first answer was lost), and an error answer to it
-//     is sent again without, so the job is settled whatever the claim met.
+//   - Settling: once a handler has returned, settle completes, fails or releases its job (or
+//     completeMany completes it with others, see completes.go), retrying transient errors for
+//     a while. Only ok in an answer decides anything, item by item. The call may claim the
+//     worker's next jobs too (claim_next): only its first try carries the claim (a repeat
+//     could lease jobs twice whose first answer was lost), and an error answer to it is sent
+//     again without, so the job is settled whatever the claim met.
 
 const (
 	maxLeasesPerCall = 1000             // the service's limit of lease items per call
@@ -85,14 +86,18 @@ func (k *leaseKeeper) hold(job *Job, base context.Context) *heldJob {
 	return h
 }
 
-// drop stops keeping the job's lease: it was settled, given up or handed back.
-func (k *leaseKeeper) drop(h *heldJob) {
+// drop stops keeping the jobs' leases: they were settled, given up or handed back.
+func (k *leaseKeeper) drop(jobs []*heldJob) {
 	k.mu.Lock()
-	if k.held[h.ref] == h {
-		delete(k.held, h.ref)
+	for _, h := range jobs {
+		if k.held[h.ref] == h {
+			delete(k.held, h.ref)
+		}
 	}
 	k.mu.Unlock()
-	h.cancel() // releases the context's resources; the handler has returned
+	for _, h := range jobs {
+		h.cancel() // releases the context's resources; the handler has returned
+	}
 }
 
 // jobs answers the jobs held now.

@@ -49,7 +49,7 @@ func TestWorkerCompletesJobs(t *testing.T) {
 	}
 }
 
-// A busy worker makes one request per job: each complete claims the next job.
+// A busy worker makes at most one request per job: each complete claims the next jobs.
 func TestBusyWorkerClaimsWithItsCompletes(t *testing.T) {
 	t.Parallel()
 	transport := newBlockingTransport()
@@ -75,7 +75,8 @@ func TestBusyWorkerClaimsWithItsCompletes(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	if completes := transport.count("/v1/complete"); completes != jobs {
+	// Completes are shared by jobs that finish together: at most one per job.
+	if completes := transport.count("/v1/complete"); completes == 0 || completes > jobs {
 		t.Errorf("%d complete requests for %d jobs", completes, jobs)
 	}
 	// The first claim fills the slots; the completes claim the rest (the claim loop long-polls
