@@ -1,4 +1,6 @@
-"""The tables of concurrency keys and rate limits (migration 0011): the limits and their state."""
+"""The tables of concurrency keys and rate limits (migration 0011): the limits and their state.
+
+``flow_*`` is the code's word for what the API and the docs call limits."""
 
 from __future__ import annotations
 

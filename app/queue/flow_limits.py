@@ -1,5 +1,8 @@
 """Concurrency and rate limits as operators manage them: list, set, delete, prune idle state.
 
+``flow_*`` (flow_limits, flow_state, flow_keys, flow_active) is the code's word for what the API
+and the docs call limits (docs/architecture/glossary.md).
+
 The limits are enforced by the claim statement itself (``job_claim`` in sql/jobs.sql), so they
 hold across every instance. A limit covers a key pattern (``customer:*``: each matching
 ``concurrency_key`` on its own) or a queue pattern (each matching queue on its own); of several
