@@ -1,7 +1,6 @@
 """The route class of the hot routes: FastAPI's contract and validation, without its per-call machinery.
 
-Measured under 16 concurrent enqueues, FastAPI's dependency solving alone took 18 % of the
-server's CPU, a declared header 5 %, while the endpoint itself took 9 %. A :class:`LeanRoute`
+Why, and what it measured: docs/adr/0008-lean-hot-routes.md. A :class:`LeanRoute`
 keeps everything FastAPI derives from the endpoint's signature (the OpenAPI document, the
 request model, the status codes) but answers requests with a handler built once per route:
 the caller is settled first by the route's :class:`~app.http.strict_json.Gate` (before the body

@@ -3,9 +3,8 @@
 The hot pool plans each statement once per connection (``force_generic_plan``), from the
 planner's statistics of ``jobs``. Autovacuum keeps them fresh (migration 0008 asks it to
 analyze ``jobs`` after 2 % of it changed); a server running without autovacuum never does, and
-with no statistics the planner guesses a queue holds about one pending job. Measured on such a
-server (issue 22): claims over a backlog of 40,000 jobs sorted the whole backlog on every call,
-and the bench's 1 x 50 drain ran at 3,500 jobs/s, against 9,400 once ``jobs`` was analyzed.
+with no statistics the planner guesses a queue holds about one pending job, which made claims
+sort the whole backlog (docs/adr/0010-analyze-where-autovacuum-does-not.md has the figures).
 
 So the leader checks every few seconds and runs ``ANALYZE jobs`` itself when autovacuum is off
 (for the server or the table) and more than 1,000 rows plus a tenth of the table changed since
