@@ -39,8 +39,19 @@ for stage in builder runtime; do
     # shellcheck disable=SC2086
     podman build "${args[@]}" --target "$stage" -t "jobq-$stage:cache" ${JOBQ_BUILD_FLAGS:-} "$root"
 done
+# Seen once here (2026-12-08, CI): podman's check of its layer cache failed with "getting top
+# layer info: layer not known" after an earlier build's prune, and the same build passed when run
+# again. Only that error is retried, once; any other failure stands.
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
 # shellcheck disable=SC2086
-podman build "${args[@]}" -t "$tag" ${JOBQ_BUILD_FLAGS:-} "$root"
+if ! podman build "${args[@]}" -t "$tag" ${JOBQ_BUILD_FLAGS:-} "$root" 2> >(tee "$log" >&2); then
+    wait
+    grep -q "layer not known" "$log" || exit 1
+    echo "build-image.sh: podman lost a cached layer; building once more" >&2
+    # shellcheck disable=SC2086
+    podman build "${args[@]}" -t "$tag" ${JOBQ_BUILD_FLAGS:-} "$root"
+fi
 for stage in builder runtime; do
     podman image prune --force --filter "label=io.jobq.stage=$stage" >/dev/null
 done
