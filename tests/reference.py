@@ -39,7 +39,7 @@ def _commands(
                 yield from _commands(sub, command)
 
 
-def _usage(command: str, parser: argparse.ArgumentParser) -> str:
+def _usage(parser: argparse.ArgumentParser) -> str:
     parts = []
     for action in parser._actions:
         if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
@@ -63,7 +63,7 @@ def cli_table() -> str:
     """Every command and subcommand of ``jobq``, what it does, and its arguments."""
     lines = ["| command | what it does | arguments |", "|---|---|---|"]
     for command, help_text, parser in _commands(build_parser(), "jobq"):
-        lines.append(f"| `{command}` | {_cell(help_text)} | {_usage(command, parser)} |")
+        lines.append(f"| `{command}` | {_cell(help_text)} | {_usage(parser)} |")
     return "\n".join(lines)
 
 

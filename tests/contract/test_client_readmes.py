@@ -94,7 +94,7 @@ def test_the_go_readme_compiles(tmp_path: Path) -> None:
     assert len(found) >= 3
     functions: list[str] = []
     for block in found:
-        if GO_CONTINUES.match(block) and functions and not block.startswith("ctx :="):
+        if GO_CONTINUES.match(block) and functions:
             functions[-1] += block
         else:
             functions.append(block)
